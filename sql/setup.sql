@@ -1,0 +1,17 @@
+-- The extension installs into schema tsmove; tablespaces for the tests.
+CREATE EXTENSION pg_tsmove;
+\dx pg_tsmove
+SELECT pg_catalog.count(*) > 0 AS has_functions
+FROM pg_catalog.pg_proc WHERE pronamespace = 'tsmove'::pg_catalog.regnamespace;
+-- in-place tablespaces (allow_in_place_tablespaces) live under pg_tblspc
+CREATE TABLESPACE regress_ts_a LOCATION '';
+CREATE TABLESPACE regress_ts_b LOCATION '';
+-- not relocatable: its C code names the schema
+ALTER EXTENSION pg_tsmove SET SCHEMA public;
+-- GUCs
+SHOW pg_tsmove.max_rate_mb;
+SHOW pg_tsmove.switch_lock_timeout;
+SHOW pg_tsmove.max_workers;
+SHOW pg_tsmove.switch_backlog_blocks;
+-- the prefix is reserved
+SET pg_tsmove.no_such_setting = 1;

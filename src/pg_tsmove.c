@@ -1,0 +1,174 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_tsmove.c
+ *	  Module start-up: GUCs, shared memory, the launcher's registration.
+ *
+ * pg_tsmove must be in shared_preload_libraries: its worker slots live in
+ * shared memory sized at start-up, and its launcher (launcher.c) is a
+ * static background worker that cleans up after crashes.  Functions that
+ * need either call tsm_require_preload() first.
+ *
+ * Shared memory is one TsmShared with one slot per possible background
+ * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
+ * with a reload.  The lock rules are in pg_tsmove.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/postmaster.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "pg_tsmove.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+double		tsm_max_rate_mb = 32.0;
+int			tsm_switch_lock_timeout_ms = 20;
+int			tsm_max_workers = 2;
+int			tsm_switch_backlog_blocks = 256;
+
+TsmShared  *tsm_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static const char *const state_names[] = {
+	[TSM_QUEUED] = "queued",
+	[TSM_PREPARING] = "preparing",
+	[TSM_COPYING] = "copying",
+	[TSM_CATCHING_UP] = "catching_up",
+	[TSM_SWITCHING] = "switching",
+	[TSM_WARMING] = "warming",
+	[TSM_DONE] = "done",
+	[TSM_FAILED] = "failed",
+	[TSM_CANCELLED] = "cancelled",
+};
+
+const char *
+tsm_state_name(TsmJobState state)
+{
+	return state_names[state];
+}
+
+TsmJobState
+tsm_state_from_name(const char *name)
+{
+	for (int i = 0; i < lengthof(state_names); i++)
+		if (strcmp(state_names[i], name) == 0)
+			return (TsmJobState) i;
+	elog(ERROR, "unknown pg_tsmove job state \"%s\"", name);
+	return TSM_FAILED;			/* keep compiler quiet */
+}
+
+bool
+tsm_state_is_final(TsmJobState state)
+{
+	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED;
+}
+
+static Size
+tsm_shmem_size(void)
+{
+	return add_size(offsetof(TsmShared, slots),
+					mul_size(max_worker_processes, sizeof(TsmWorkerSlot)));
+}
+
+static void
+tsm_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(tsm_shmem_size());
+	RequestNamedLWLockTranche("pg_tsmove", 1);
+}
+
+static void
+tsm_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	tsm_shared = ShmemInitStruct("pg_tsmove", tsm_shmem_size(), &found);
+	if (!found)
+	{
+		memset(tsm_shared, 0, tsm_shmem_size());
+		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))->lock;
+		tsm_shared->nslots = max_worker_processes;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Error out unless the library was loaded by shared_preload_libraries: the
+ * worker slots and the crash-recovery launcher exist only then.
+ */
+void
+tsm_require_preload(void)
+{
+	if (tsm_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_tsmove must be loaded via shared_preload_libraries"),
+				 errhint("Add pg_tsmove to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomRealVariable("pg_tsmove.max_rate_mb",
+							 "Default byte budget of a move, in MB per second (0 = unthrottled).",
+							 "Counts the pages written to the new files and the WAL that logs them. "
+							 "tsmove.move(max_rate_mb => ...) and tsmove.set_rate() override it per job.",
+							 &tsm_max_rate_mb,
+							 32.0, 0.0, 1.0e6,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.switch_lock_timeout",
+							"Longest wait for the exclusive lock of one switch attempt.",
+							"A queued exclusive lock request blocks every later query of the relation, "
+							"so each attempt gives up after this long, keeps mirroring and tries again.",
+							&tsm_switch_lock_timeout_ms,
+							20, 1, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.max_workers",
+							"Largest number of moves running at once.",
+							"Each running move uses one background worker; max_worker_processes must leave room.",
+							&tsm_max_workers,
+							2, 0, MAX_BACKENDS,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.switch_backlog_blocks",
+							"Dirty blocks left to re-copy at which a switch is attempted.",
+							"The switch re-copies them under the exclusive lock, so this bounds its length.",
+							&tsm_switch_backlog_blocks,
+							256, 0, INT_MAX / 2,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("pg_tsmove");
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = tsm_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = tsm_shmem_startup;
+
+	tsm_register_launcher();
+}

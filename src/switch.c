@@ -1,0 +1,229 @@
+/*-------------------------------------------------------------------------
+ *
+ * switch.c
+ *	  The switch, the only moment DML waits: the relation starts using its
+ *	  new files.  And warming: the blocks that were cached before the switch
+ *	  are read back in afterwards.
+ *
+ * One switch attempt is one transaction:
+ *	1. AccessExclusiveLock on every member (relation, TOAST table, TOAST
+ *	   index, in that order, as ALTER TABLE does) with lock_timeout set to
+ *	   pg_tsmove.switch_lock_timeout.  A queued exclusive request blocks all
+ *	   later queries of the relation, so a request is never left queued
+ *	   longer than that; on timeout the attempt is abandoned and the worker
+ *	   backs off, keeps mirroring, and tries again.
+ *	2. Under the lock nothing can change the pages any more: flush the WAL,
+ *	   read it to the end, re-copy the last dirty blocks and any blocks the
+ *	   relation grew by, copy the FSM and VM forks whole.
+ *	3. SetRelationTableSpace() points pg_class at the new relfilenode (it
+ *	   handles the catalog's locking), RelationAssumeNewRelfilenode() as
+ *	   core's SET TABLESPACE does, RelationDropStorage() of the old files so
+ *	   that the commit record unlinks them, here and on standbys.
+ *	4. The job row says 'warming' in the same transaction, so after a crash
+ *	   the row tells whether the switch committed.
+ *
+ * Locks: called with the job's session lock held and no transaction open.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/catalog.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
+#include "catalog/storage.h"
+#include "commands/tablecmds.h"
+#include "miscadmin.h"
+#include "storage/buf_internals.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "move.h"
+
+/*
+ * Remember which blocks of each member's old main fork are in shared
+ * buffers, to read the same blocks of the new file after the switch (the
+ * scan pg_buffercache does).  Runs before the lock: a slightly stale list
+ * only warms a little more or less.
+ */
+static void
+tsm_collect_cached_blocks(TsmJob *job)
+{
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		TsmMember  *m = &job->members[i];
+
+		if (m->warm_blocks)
+			pfree(m->warm_blocks);
+		m->warm_blocks = MemoryContextAlloc(job->cxt,
+											sizeof(BlockNumber) * Max(1, Min(NBuffers, m->nblocks)));
+		m->nwarm = 0;
+	}
+
+	for (int b = 0; b < NBuffers; b++)
+	{
+		BufferDesc *desc = GetBufferDescriptor(b);
+		TsmRelFileNode node;
+		ForkNumber	fork;
+		BlockNumber blkno;
+		uint32		state = LockBufHdr(desc);
+
+		tsm_buffer_tag(desc, &node, &fork, &blkno);
+		UnlockBufHdr(desc, state);
+		if (!(state & BM_VALID) || fork != MAIN_FORKNUM)
+			continue;
+		for (int i = 0; i < job->nmembers; i++)
+		{
+			TsmMember  *m = &job->members[i];
+
+			if (TsmRelFileNodeEquals(node, m->old_node) &&
+				m->nwarm < Max(1, Min(NBuffers, m->nblocks)))
+				m->warm_blocks[m->nwarm++] = blkno;
+		}
+	}
+}
+
+/*
+ * Take AccessExclusiveLock on every member, waiting at most
+ * switch_lock_timeout for each.  Returns false, with the transaction
+ * aborted and a new one started, if a lock was not granted in time.
+ */
+static bool
+tsm_lock_members(TsmJob *job)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char		timeout[32];
+	volatile bool locked = true;
+
+	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
+	SetConfigOption("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION);
+	PG_TRY();
+	{
+		for (int i = 0; i < job->nmembers; i++)
+			LockRelationOid(job->members[i].relid, AccessExclusiveLock);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		AbortCurrentTransaction();
+		StartTransactionCommand();
+		locked = false;
+	}
+	PG_END_TRY();
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION);
+	return locked;
+}
+
+/*
+ * Try to switch the job's relation to its new files.  Returns true if the
+ * switch committed, false if the exclusive lock was not granted in time.
+ */
+bool
+tsm_try_switch(TsmJob *job)
+{
+	TimestampTz lock_requested;
+	TimestampTz lock_granted;
+	bool		locked;
+
+	tsm_collect_cached_blocks(job);
+	job->switch_attempts++;
+
+	StartTransactionCommand();
+	lock_requested = GetCurrentTimestamp();
+	locked = tsm_lock_members(job);
+	lock_granted = GetCurrentTimestamp();
+	job->lock_wait_ms += (double) (lock_granted - lock_requested) / 1000.0;
+	if (!locked)
+	{
+		CommitTransactionCommand();
+		return false;
+	}
+	tsm_set_state(job, TSM_SWITCHING);
+
+	/* Nothing changes the pages now; make sure the reader sees everything. */
+	XLogFlush(GetXLogInsertRecPtr());
+	tsm_mirror_drain(job);
+	for (int i = 0; i < job->nmembers; i++)
+		tsm_copy_pending(job, &job->members[i], PG_INT64_MAX, true, false);
+	tsm_copy_extra_forks(job);
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		TsmMember  *m = &job->members[i];
+		Relation	rel = relation_open(m->relid, NoLock);
+		BlockNumber new_nblocks = smgrnblocks(tsm_smgropen(m->new_node), MAIN_FORKNUM);
+
+		if (!TsmRelFileNodeEquals(TsmRelationNode(rel), m->old_node) ||
+			new_nblocks != RelationGetNumberOfBlocks(rel) ||
+			m->dirty.count != 0)
+			elog(ERROR, "pg_tsmove: new storage of \"%s\" does not match the old one "
+				 "(%u blocks, old %u, %lld dirty)",
+				 RelationGetRelationName(rel), new_nblocks,
+				 RelationGetNumberOfBlocks(rel), (long long) m->dirty.count);
+
+		RelationDropStorage(rel);
+		SetRelationTableSpace(rel, job->target_spc, TSM_REL(m->new_node));
+		InvokeObjectPostAlterHook(RelationRelationId, m->relid, 0);
+		RelationAssumeNewRelfilenode(rel);
+		relation_close(rel, NoLock);
+		CommandCounterIncrement();
+	}
+
+	job->switch_ms = (double) (GetCurrentTimestamp() - lock_granted) / 1000.0;
+	job->state = TSM_WARMING;
+	tsm_job_update_state(job->job_id, TSM_WARMING, NULL);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	job->switch_ms = (double) (GetCurrentTimestamp() - lock_granted) / 1000.0;
+	tsm_set_state(job, TSM_WARMING);
+	return true;
+}
+
+/*
+ * warming: read into shared buffers the blocks of the new files that were
+ * cached from the old ones, so the relation stays as hot as it was.  Best
+ * effort: an error here does not undo a committed switch.
+ */
+void
+tsm_warm_new_storage(TsmJob *job)
+{
+	StartTransactionCommand();
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		TsmMember  *m = &job->members[i];
+		Relation	rel = try_relation_open(m->relid, AccessShareLock);
+		BlockNumber nblocks;
+
+		if (rel == NULL)
+			continue;
+		nblocks = RelationGetNumberOfBlocks(rel);
+		for (int b = 0; b < m->nwarm; b++)
+		{
+			if (m->warm_blocks[b] < nblocks)
+				ReleaseBuffer(ReadBufferExtended(rel, MAIN_FORKNUM, m->warm_blocks[b],
+												 RBM_NORMAL, NULL));
+			if (b % 256 == 0)
+				tsm_check_for_cancel(job);
+		}
+		relation_close(rel, AccessShareLock);
+	}
+	CommitTransactionCommand();
+}

@@ -1,0 +1,50 @@
+# Installs what building and testing pg_tsmove needs, skipping what is there.
+# Sourced by test/run_tests.sh and test/demo.sh (as root), which then call
+# install_deps.  Debian packages: the PostgreSQL 15 server, contrib (amcheck),
+# server headers, a compiler, pg_repack (for the benchmark); Python packages
+# from test/requirements.txt.
+
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PYTHON=${PYTHON:-python3}
+
+package_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+apt_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        -o Dpkg::Options::=--force-confold "$@"
+}
+
+install_deps() {
+    local repo_dir=$1 wanted=() pkg need_contrib=false
+    if ! package_installed postgresql-common; then
+        apt-get update -q || return 1
+        apt_install postgresql-common || return 1
+        # Do not let the server package create and start a "main" cluster:
+        # the tests and the demo make their own.
+        sed -ri 's/^#?\s*create_main_cluster\s*=.*/create_main_cluster = false/' \
+            /etc/postgresql-common/createcluster.conf
+    fi
+    for pkg in postgresql-15 postgresql-server-dev-15 build-essential \
+               postgresql-15-repack; do
+        package_installed "$pkg" || wanted+=("$pkg")
+    done
+    if ! package_installed postgresql-contrib-15 && ! package_installed postgresql-contrib; then
+        need_contrib=true
+    fi
+    if [ ${#wanted[@]} -gt 0 ] || $need_contrib; then
+        apt-get update -q || return 1
+        # PGDG ships postgresql-contrib-15; Debian has contrib inside
+        # postgresql-15 and a postgresql-contrib metapackage.
+        if $need_contrib && apt-cache show postgresql-contrib-15 >/dev/null 2>&1; then
+            wanted+=(postgresql-contrib-15)
+        elif $need_contrib; then
+            wanted+=(postgresql-contrib)
+        fi
+        echo "install_deps: installing ${wanted[*]}"
+        apt_install "${wanted[@]}" || return 1
+    fi
+    "$PYTHON" -m pip install -q --root-user-action=ignore \
+        -r "$repo_dir/test/requirements.txt" || return 1
+}
