@@ -201,7 +201,11 @@ tsm_recover_job(int64 job_id, const char *state, Oid target_spc,
 		deconstruct_array(new_nodes, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
 						  &new_oids, NULL, &nnew);
 
-	/* A relfilenode pg_class maps is never dropped, whatever the row says. */
+	/*
+	 * A relfilenode pg_class maps is never dropped, whatever the row says.
+	 * If it is mapped, the switch committed (and the row's 'warming' was
+	 * lost with it only if something is badly wrong): leave the files.
+	 */
 	for (int i = 0; i < nnew && !switched; i++)
 		if (OidIsValid(RelidByRelfilenode(target_spc == MyDatabaseTableSpace ?
 										  InvalidOid : target_spc,
@@ -212,6 +216,9 @@ tsm_recover_job(int64 job_id, const char *state, Oid target_spc,
 	{
 		tsm_job_update_state(job_id, TSM_DONE,
 							 "the server stopped after the switch, before warming finished");
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld had switched when the server stopped; marked done",
+						(long long) job_id)));
 		return;
 	}
 	for (int i = 0; i < nnew; i++)
@@ -251,7 +258,7 @@ tsm_recovery_main(Datum main_arg)
 
 		tsm_run_as_superuser_begin(&save_userid, &save_sec);
 		SPI_connect();
-		if (SPI_execute("SELECT job_id, state, target_tablespace, members, "
+		if (SPI_execute("SELECT job_id, state, target_tablespace, "
 						"new_relfilenodes, coalesce(parent_job, 0) FROM tsmove.job "
 						"WHERE state NOT IN ('done', 'failed', 'cancelled') "
 						"ORDER BY job_id FOR UPDATE", false, 0) != SPI_OK_SELECT)

@@ -1,0 +1,165 @@
+"""Moves that do not finish: crash, cancel, DROP, refusals that need a
+cluster of their own.  After each: the table intact and in exactly one
+tablespace, no orphan file, the job says what happened, moving again works.
+"""
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from moves import (assert_moved_cleanly, job_row, start_move, tablespace_of,
+                   wait_for, wait_for_state, wait_job)
+
+
+def make_table(cluster, rows=200000):
+    """A table of about 30 MB in ts_a, with an index and TOASTed rows."""
+    cluster.sql("""
+        CREATE TABLE victim (id int PRIMARY KEY, pad text, doc text) TABLESPACE ts_a;
+        INSERT INTO victim SELECT g, repeat('v', 100),
+            CASE WHEN g %% 1000 = 0 THEN (SELECT string_agg(md5(g::text || i), '')
+                                         FROM generate_series(1, 150) i) END
+        FROM generate_series(1, %d) g""" % rows)
+    return cluster.row_hash("victim", "id")
+
+
+def assert_intact_in(cluster, tablespace, expected_hash):
+    assert cluster.row_hash("victim", "id") == expected_hash
+    assert tablespace_of(cluster, "victim") == tablespace
+    assert list(cluster.relation_files("victim")) == [tablespace]
+    assert cluster.amcheck(relations=["victim"]) == []
+    assert cluster.orphan_files() == []
+
+
+def move_again_succeeds(cluster, expected_hash):
+    job = start_move(cluster, "victim", "ts_b", max_rate_mb=0)
+    assert wait_job(cluster, job, 120) == "done", job_row(cluster, job)
+    assert cluster.row_hash("victim", "id") == expected_hash
+    assert_moved_cleanly(cluster, "victim", "ts_b")
+
+
+@pytest.mark.parametrize("phase", ["copying", "catching_up"])
+def test_crash_mid_move(primary, phase):
+    """kill -9 of the postmaster while copying, or while catching up (a
+    reader holds the lock the switch needs); after restart the launcher's
+    recovery removes the new files and marks the job failed."""
+    expected = make_table(primary)
+    blocker = None
+    if phase == "catching_up":
+        blocker = primary.conn(autocommit=False)
+        blocker.execute("SELECT count(*) FROM victim")
+        job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
+        wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 2, 60,
+                 what="failed switch attempts")
+    else:
+        job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+        wait_for(lambda: (lambda r: r["state"] == "copying"
+                          and r["blocks_copied"] > 50)(job_row(primary, job)),
+                 60, what="copying")
+    # the new file exists now, in ts_b
+    assert "ts_b" in primary.sql_scalar(
+        "SELECT string_agg(spcname, ',') FROM tsmove.job j "
+        "JOIN pg_tablespace t ON t.oid = j.target_tablespace WHERE job_id = %s", (job,))
+    primary.kill9()
+    if blocker is not None:
+        blocker.close()
+    primary.start()
+
+    row = wait_for_state(primary, job, ("failed",), 30)
+    assert "interrupted by a server crash" in row["error"]
+    assert_intact_in(primary, "ts_a", expected)
+    move_again_succeeds(primary, expected)
+
+
+def test_cancel_mid_copy(primary):
+    expected = make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+    wait_for_state(primary, job, ("copying",), 30)
+    time.sleep(0.5)
+    assert primary.sql_scalar("SELECT tsmove.cancel(%s)", (job,)) is True
+    assert wait_job(primary, job, 30) == "cancelled"
+    row = job_row(primary, job)
+    assert row["error"] == "move cancelled by tsmove.cancel()"
+    assert 0 < row["blocks_copied"] < row["blocks_total"]
+    assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots") == 0
+    assert_intact_in(primary, "ts_a", expected)
+    move_again_succeeds(primary, expected)
+
+
+def test_terminated_worker_cleans_up(primary):
+    """pg_terminate_backend() of the worker ends the job like a cancel."""
+    expected = make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+    wait_for_state(primary, job, ("copying",), 30)
+    pid = primary.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
+    primary.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    assert wait_job(primary, job, 30) == "failed"
+    assert "pg_terminate_backend" in job_row(primary, job)["error"]
+    assert_intact_in(primary, "ts_a", expected)
+
+
+def test_drop_table_waits_for_the_move(primary):
+    """DROP TABLE during the copy waits for the move's session lock; the
+    move switches (the waiting DROP does not block its exclusive lock) and
+    then the DROP removes the new files: nothing is left anywhere."""
+    make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=16)
+    wait_for_state(primary, job, ("copying",), 30)
+    dropped = threading.Event()
+
+    def drop():
+        with primary.conn() as conn:
+            conn.execute("DROP TABLE victim")
+        dropped.set()
+
+    dropper = threading.Thread(target=drop)
+    dropper.start()
+    time.sleep(0.5)
+    assert not dropped.is_set(), "DROP TABLE did not wait for the move"
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    dropper.join(30)
+    assert dropped.is_set()
+    assert primary.sql_scalar("SELECT to_regclass('victim')") is None
+    assert primary.orphan_files() == []
+
+
+def test_shutdown_mid_copy_then_restart(primary):
+    """A fast shutdown stops the worker, which removes its files itself."""
+    expected = make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+    wait_for_state(primary, job, ("copying",), 30)
+    primary.stop("fast")
+    primary.start()
+    row = job_row(primary, job)
+    assert row["state"] == "failed"
+    assert "server shutdown" in row["error"]
+    assert_intact_in(primary, "ts_a", expected)
+
+
+def test_wal_level_minimal_refused(clusters):
+    plain = clusters.new("minimal", extra_conf=["wal_level = minimal",
+                                                "max_wal_senders = 0"])
+    plain.create_tablespace("ts_b")
+    plain.sql("CREATE EXTENSION pg_tsmove; CREATE TABLE t (i int)")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as err:
+        plain.sql("SELECT tsmove.move('t', 'ts_b')")
+    assert "wal_level" in str(err.value)
+    assert err.value.diag.message_hint == \
+        "Set wal_level = replica in postgresql.conf and restart the server."
+    assert plain.sql_scalar("SELECT count(*) FROM tsmove.job") == 0
+
+
+def test_no_background_worker_slot(clusters):
+    """max_worker_processes used up (launcher + logical replication
+    launcher): the move is refused with a hint, and leaves no job."""
+    small = clusters.new("small", extra_conf=["max_worker_processes = 2"])
+    small.create_tablespace("ts_b")
+    small.sql("CREATE EXTENSION pg_tsmove; CREATE TABLE t (i int)")
+    wait_for(lambda: small.sql_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_tsmove launcher'"),
+        10, what="the launcher")
+    with pytest.raises(psycopg.errors.InsufficientResources) as err:
+        small.sql("SELECT tsmove.move('t', 'ts_b')")
+    assert err.value.diag.message_hint == "You may need to increase max_worker_processes."
+    assert small.sql_scalar("SELECT count(*) FROM tsmove.job") == 0

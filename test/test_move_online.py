@@ -1,0 +1,214 @@
+"""Online moves under load: nothing lost, the lock short, standbys equal.
+
+Each test runs pgbench TPC-B (scale 20, 4 clients) while pg_tsmove moves
+pgbench_accounts, then checks what a DBA relies on: no failed transaction,
+the TPC-B balance invariant, amcheck, the files only in the target, no
+orphan file, and (with a standby) the same rows on the standby.
+"""
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from moves import (assert_moved_cleanly, job_row, start_move, tablespace_of,
+                   wait_for, wait_for_state, wait_job)
+
+SCALE = 20
+CLIENTS = 4
+# Fast enough for CI, slow enough that the copy overlaps many transactions.
+TEST_RATE_MB = 64
+
+
+def move_accounts_under_load(primary, rel="pgbench_accounts", seconds=40,
+                             with_indexes=False):
+    """Start pgbench, move rel to ts_b while it runs; returns (job, result).
+    Fails if the move did not end while pgbench was still running, since
+    then the switch would not have been tested under load."""
+    primary.pgbench_init(SCALE, extra_args=["--tablespace=ts_a",
+                                            "--index-tablespace=ts_a"])
+    bench = primary.pgbench_run_background(clients=CLIENTS, jobs=2, seconds=seconds)
+    time.sleep(2)
+    started = time.monotonic()
+    job = start_move(primary, rel, "ts_b", max_rate_mb=TEST_RATE_MB,
+                     with_indexes=with_indexes)
+    jobs = [job] + [r[0] for r in primary.sql(
+        "SELECT job_id FROM tsmove.job WHERE parent_job = %s ORDER BY job_id", (job,))]
+    for each in jobs:
+        assert wait_job(primary, each, seconds) == "done", job_row(primary, each)
+    moved_in = time.monotonic() - started
+    result = bench.wait()
+    assert moved_in < seconds - 4, (
+        "the move took %.0f s, longer than the load; the switch ran without it"
+        % moved_in)
+    return job, result
+
+
+def assert_tpcb_intact(primary, result):
+    assert result.failed_transactions == 0
+    assert result.transactions > 1000
+    assert primary.balance_invariant() == []
+
+
+def test_move_accounts_under_tpcb_load(primary):
+    job, result = move_accounts_under_load(primary, with_indexes=True)
+    assert_tpcb_intact(primary, result)
+    assert_moved_cleanly(primary, "pgbench_accounts", "ts_b")
+    assert tablespace_of(primary, "pgbench_accounts_pkey") == "ts_b"
+    row = job_row(primary, job)
+    # pgbench updated pages behind the cursor: the mirror re-copied them
+    assert row["blocks_recopied"] > 0
+    assert row["switch_ms"] is not None and row["switch_attempts"] >= 1
+    assert primary.amcheck() == []
+
+
+@pytest.mark.data_checksums
+def test_move_under_load_with_data_checksums(primary):
+    assert primary.sql_scalar("SHOW data_checksums") == "on"
+    job, result = move_accounts_under_load(primary)
+    assert_tpcb_intact(primary, result)
+    assert_moved_cleanly(primary, "pgbench_accounts", "ts_b")
+    # Every page of the new file passes its checksum when read cold.
+    primary.restart()
+    assert primary.sql_scalar("SELECT count(*) FROM pgbench_accounts") == SCALE * 100000
+    assert primary.sql_scalar(
+        "SELECT sum(checksum_failures) FROM pg_stat_database") in (0, None)
+
+
+def test_index_alone_under_load(primary):
+    job, result = move_accounts_under_load(primary, rel="pgbench_accounts_pkey")
+    assert_tpcb_intact(primary, result)
+    assert tablespace_of(primary, "pgbench_accounts_pkey") == "ts_b"
+    assert tablespace_of(primary, "pgbench_accounts") == "ts_a"
+    assert primary.amcheck(relations=["pgbench_accounts"]) == []
+    assert primary.orphan_files() == []
+
+
+def test_standby_equal_after_move_under_load(primary, standby):
+    job, result = move_accounts_under_load(primary)
+    assert_tpcb_intact(primary, result)
+    assert_moved_cleanly(primary, "pgbench_accounts", "ts_b")
+    primary.wait_for_replay(standby)
+    for table, key in (("pgbench_accounts", "aid"), ("pgbench_history", "tid, bid, aid, mtime")):
+        assert standby.row_hash(table, key) == primary.row_hash(table, key)
+    # the standby replayed the new files into its own copy of ts_b
+    assert list(standby.relation_files("pgbench_accounts")) == ["ts_b"]
+    assert standby.sql_scalar("SELECT count(*) FROM pgbench_accounts") == SCALE * 100000
+    # a standby refuses to move anything
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction) as err:
+        standby.sql("SELECT tsmove.move('pgbench_branches', 'ts_b')")
+    assert "during recovery" in str(err.value)
+
+
+def test_toasted_values_equal_after_move_under_updates(primary):
+    """Concurrent updates of TOASTed values: every change lands in the new
+    files.  Each transaction updates the moving table and a shadow copy
+    that stays put, so afterwards the two must be equal."""
+    primary.sql("""
+        CREATE TABLE docs (id int PRIMARY KEY, body text) TABLESPACE ts_a;
+        CREATE TABLE docs_shadow (id int PRIMARY KEY, body text);
+        INSERT INTO docs SELECT g, (SELECT string_agg(md5(g::text || i), '')
+                                    FROM generate_series(1, 100) i)
+        FROM generate_series(1, 3000) g;
+        INSERT INTO docs_shadow SELECT * FROM docs;""")
+    stop = threading.Event()
+    updates = [0]
+
+    def update_loop():
+        with primary.conn() as conn:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                with conn.transaction():
+                    for table in ("docs", "docs_shadow"):
+                        conn.execute(
+                            "UPDATE " + table + " SET body = (SELECT string_agg("
+                            "md5(%s::text || i), '') FROM generate_series(1, 120) i) "
+                            "WHERE id = %s", (n, n * 7919 % 3000 + 1))
+                updates[0] = n
+
+    worker = threading.Thread(target=update_loop)
+    worker.start()
+    try:
+        time.sleep(0.5)
+        job = start_move(primary, "docs", "ts_b", max_rate_mb=8)
+        assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    finally:
+        stop.set()
+        worker.join()
+    assert updates[0] > 50
+    assert primary.row_hash("docs", "id") == primary.row_hash("docs_shadow", "id")
+    assert job_row(primary, job)["blocks_recopied"] > 0
+    assert_moved_cleanly(primary, "docs", "ts_b")
+    # the TOAST table and its index moved with the table
+    assert primary.sql_scalar("""
+        SELECT count(*) FROM pg_class c JOIN pg_tablespace t ON t.oid = c.reltablespace
+        WHERE t.spcname = 'ts_b' AND c.oid IN (
+            (SELECT reltoastrelid FROM pg_class WHERE relname = 'docs'),
+            (SELECT indexrelid FROM pg_index WHERE indrelid =
+                (SELECT reltoastrelid FROM pg_class WHERE relname = 'docs')))""") == 2
+
+
+@pytest.mark.pg_conf("pg_tsmove.switch_lock_timeout = 20ms")
+def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
+    """A long reader holds a lock the switch needs.  The switch must not
+    queue behind it for long: other queries of the table keep running,
+    each delayed at most about switch_lock_timeout; the move retries and
+    switches once the reader is gone."""
+    primary.sql("CREATE TABLE hot (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO hot SELECT g, 0 FROM generate_series(1, 50000) g")
+    blocker = primary.conn(autocommit=False)
+    blocker.execute("SELECT count(*) FROM hot")      # AccessShareLock, held
+    job = start_move(primary, "hot", "ts_b", max_rate_mb=0)
+    wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 3, 30,
+             what="three switch attempts")
+
+    worst_ms = 0.0
+    with primary.conn() as conn:
+        for i in range(200):
+            t0 = time.monotonic()
+            conn.execute("UPDATE hot SET n = n + 1 WHERE id = %s", (i + 1,))
+            worst_ms = max(worst_ms, (time.monotonic() - t0) * 1000)
+            time.sleep(0.005)
+    row = job_row(primary, job)
+    assert row["state"] == "catching_up", row
+    assert "could not get the exclusive lock" in (row["error"] or "")
+    blocker.rollback()
+    blocker.close()
+
+    assert wait_job(primary, job, 60) == "done"
+    row = job_row(primary, job)
+    assert row["switch_attempts"] >= 3 and row["lock_wait_ms"] >= 3 * 15
+    # 20 ms lock timeout; generous margin for a loaded 2-core CI machine
+    assert worst_ms < 250, worst_ms
+    assert primary.sql_scalar("SELECT sum(n) FROM hot") == 200
+    assert_moved_cleanly(primary, "hot", "ts_b")
+
+
+def test_rate_is_never_exceeded(primary):
+    """Over any 5 s window, pages plus WAL written stay within the rate;
+    tsmove.set_rate() changes it while the move runs."""
+    rate_mb = 6
+    primary.sql("CREATE TABLE paced (id int, pad text) TABLESPACE ts_a;"
+                "INSERT INTO paced SELECT g, repeat('p', 200) FROM generate_series(1, 150000) g")
+    job = start_move(primary, "paced", "ts_b", max_rate_mb=rate_mb)
+    samples = []
+    deadline = time.monotonic() + 9
+    while time.monotonic() < deadline:
+        row = job_row(primary, job)
+        samples.append((time.monotonic(), row["bytes_written"] + row["wal_bytes"]))
+        time.sleep(0.1)
+    windows = [(b1 - b0) / (t1 - t0) / 2**20
+               for i, (t0, b0) in enumerate(samples)
+               for t1, b1 in samples[i + 1:] if t1 - t0 >= 5]
+    assert windows, "no 5 s window sampled"
+    # the budget is counted every page; sampling jitter gets 5 %
+    assert max(windows) <= rate_mb * 1.05, max(windows)
+    assert min(windows) >= rate_mb * 0.5, "the throttle stalled: %r" % min(windows)
+
+    assert primary.sql_scalar("SELECT tsmove.set_rate(%s, 0)", (job,)) is True
+    assert wait_job(primary, job, 60) == "done"
+    assert primary.sql_scalar("SELECT max_rate_mb FROM tsmove.job WHERE job_id = %s",
+                              (job,)) == 0
+    assert_moved_cleanly(primary, "paced", "ts_b")
