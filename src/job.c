@@ -610,7 +610,7 @@ tsm_wait(PG_FUNCTION_ARGS)
 {
 	int64		job_id;
 	TimestampTz deadline = 0;
-	char	   *state;
+	char	   *state = NULL;
 
 	tsm_require_preload();
 	if (PG_ARGISNULL(0))
@@ -632,11 +632,15 @@ tsm_wait(PG_FUNCTION_ARGS)
 	{
 		TsmWorkerSlot *slot;
 		TransactionId submit_xid = InvalidTransactionId;
+		TsmJobState live_state = TSM_QUEUED;
 
 		LWLockAcquire(tsm_shared->lock, LW_SHARED);
 		slot = tsm_find_slot_for_job(MyDatabaseId, job_id);
 		if (slot)
+		{
 			submit_xid = slot->submit_xid;
+			live_state = slot->state;
+		}
 		LWLockRelease(tsm_shared->lock);
 
 		if (TransactionIdIsValid(submit_xid) &&
@@ -648,13 +652,20 @@ tsm_wait(PG_FUNCTION_ARGS)
 					 errdetail("The move starts only when the transaction that called tsmove.move() commits."),
 					 errhint("Commit first, then call tsmove.wait().")));
 
+		if (state)
+			pfree(state);
 		state = tsm_read_job_state(job_id, NULL);
 		if (state == NULL)
 			tsm_no_such_job(job_id);
 		if (tsm_state_is_final(tsm_state_from_name(state)))
 			break;
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+		{
+			/* the row lags behind a running job: report the live state */
+			if (slot)
+				state = pstrdup(tsm_state_name(live_state));
 			break;
+		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 TSM_WAIT_POLL_MS, PG_WAIT_EXTENSION);

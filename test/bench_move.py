@@ -474,7 +474,7 @@ def build_report(res):
                  "shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, "
                  "synchronous_commit %s, fsync %s, data checksums %s; "
                  "pg_tsmove.max_rate_mb (default rate) %s MB/s; "
-                 "pg_repack %s."
+                 "%s."
                  % (res["started"], m["nproc"], m["mem_gib"], m["disk"],
                     m["pg_version"], m["shared_buffers"], m["max_wal_size"],
                     m["checkpoint_timeout"], m["synchronous_commit"],
@@ -600,7 +600,8 @@ def machine_facts(c):
         "mem_gib": mem,
         "kernel": platform.release(),
         "disk": disk,
-        "pg_version": c.sql_scalar("SELECT version()"),
+        "pg_version": show("server_version"),
+        "pg_version_full": c.sql_scalar("SELECT version()"),
         "shared_buffers": show("shared_buffers"),
         "max_wal_size": show("max_wal_size"),
         "checkpoint_timeout": show("checkpoint_timeout"),

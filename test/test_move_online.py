@@ -127,12 +127,13 @@ def test_toasted_values_equal_after_move_under_updates(primary):
                             "md5(%s::text || i), '') FROM generate_series(1, 120) i) "
                             "WHERE id = %s", (n, n * 7919 % 3000 + 1))
                 updates[0] = n
+                time.sleep(0.002)
 
     worker = threading.Thread(target=update_loop)
     worker.start()
     try:
         time.sleep(0.5)
-        job = start_move(primary, "docs", "ts_b", max_rate_mb=8)
+        job = start_move(primary, "docs", "ts_b", max_rate_mb=32)
         assert wait_job(primary, job, 120) == "done", job_row(primary, job)
     finally:
         stop.set()
