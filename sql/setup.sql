@@ -13,5 +13,6 @@ SHOW pg_tsmove.max_rate_mb;
 SHOW pg_tsmove.switch_lock_timeout;
 SHOW pg_tsmove.max_workers;
 SHOW pg_tsmove.switch_backlog_blocks;
+SHOW pg_tsmove.yield_to_ddl;
 -- the prefix is reserved
 SET pg_tsmove.no_such_setting = 1;

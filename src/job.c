@@ -323,6 +323,7 @@ tsm_start_worker(int64 job_id, Oid relid, const char *relname, double rate)
 	int			running = 0;
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
+	pid_t		pid;
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < tsm_shared->nslots; i++)
@@ -382,9 +383,14 @@ tsm_start_worker(int64 job_id, Oid relid, const char *relname, double rate)
 			 (long long) job_id);
 	strlcpy(worker.bgw_type, "pg_tsmove worker", BGW_MAXLEN);
 	worker.bgw_main_arg = Int32GetDatum(slot_index);
-	worker.bgw_notify_pid = 0;
+	worker.bgw_notify_pid = MyProcPid;
 
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	/*
+	 * Wait until the worker runs (it then waits for this transaction), so
+	 * that a worker the postmaster could not start never holds the slot.
+	 */
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle) ||
+		WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
 	{
 		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 		slot->in_use = false;

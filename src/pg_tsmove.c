@@ -34,6 +34,7 @@ double		tsm_max_rate_mb = 32.0;
 int			tsm_switch_lock_timeout_ms = 20;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;
+bool		tsm_yield_to_ddl = true;
 
 TsmShared  *tsm_shared = NULL;
 
@@ -159,6 +160,15 @@ _PG_init(void)
 							256, 0, INT_MAX / 2,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("pg_tsmove.yield_to_ddl",
+							 "Whether an online move cancels itself when a command waits for a conflicting lock.",
+							 "DDL, VACUUM and CREATE INDEX would otherwise wait for the whole move, "
+							 "and every query queued behind them with them.",
+							 &tsm_yield_to_ddl,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_tsmove");
 

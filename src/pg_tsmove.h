@@ -90,6 +90,7 @@ extern double tsm_max_rate_mb;
 extern int	tsm_switch_lock_timeout_ms;
 extern int	tsm_max_workers;
 extern int	tsm_switch_backlog_blocks;
+extern bool tsm_yield_to_ddl;
 extern TsmShared *tsm_shared;
 
 extern void tsm_require_preload(void);

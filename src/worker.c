@@ -167,6 +167,44 @@ tsm_publish_progress(TsmJob *job, bool force)
 	LWLockRelease(tsm_shared->lock);
 }
 
+static LOCKMODE
+tsm_session_lockmode(TsmJob *job)
+{
+	return job->online ? ShareUpdateExclusiveLock : ExclusiveLock;
+}
+
+/*
+ * An online move's session lock makes DDL, VACUUM and CREATE INDEX on the
+ * relation wait for the whole move, and every query queued behind such a
+ * command waits with it.  With pg_tsmove.yield_to_ddl the move gives way:
+ * it cancels itself as soon as anyone waits for a lock that conflicts with
+ * its own.  Not in quiesce mode, where writers are meant to wait, nor once
+ * the switch holds the exclusive lock.
+ */
+static void
+tsm_yield_to_waiting_ddl(TsmJob *job)
+{
+	if (!tsm_yield_to_ddl || !job->online || !job->session_locked ||
+		job->state >= TSM_SWITCHING)
+		return;
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		LOCKTAG		tag;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, job->members[i].relid);
+		if (LockHasWaiters(&tag, tsm_session_lockmode(job), true))
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("move cancelled: another session waits for a lock on \"%s\"",
+							job->relname),
+					 errdetail("With pg_tsmove.yield_to_ddl on, a move gives way to DDL, VACUUM and "
+							   "CREATE INDEX, which would otherwise wait for the whole move "
+							   "and hold up the queries queued behind them."),
+					 errhint("Move it again when that command is done, or set "
+							 "pg_tsmove.yield_to_ddl = off to make such commands wait.")));
+	}
+}
+
 /*
  * React to everything that can reach the worker from outside: interrupts,
  * reloads, SIGTERM, tsmove.cancel(), and rate changes from set_rate().
@@ -198,6 +236,7 @@ tsm_check_for_cancel(TsmJob *job)
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("move cancelled by tsmove.cancel()")));
+	tsm_yield_to_waiting_ddl(job);
 	if (rate != job->max_rate_mb)
 	{
 		job->max_rate_mb = rate;
@@ -371,12 +410,6 @@ tsm_open_locked(TsmJob *job, Oid relid, LOCKMODE mode)
 	if (rel == NULL)
 		UnlockRelationOid(relid, mode);
 	return rel;
-}
-
-static LOCKMODE
-tsm_session_lockmode(TsmJob *job)
-{
-	return job->online ? ShareUpdateExclusiveLock : ExclusiveLock;
 }
 
 static void

@@ -99,28 +99,70 @@ def test_terminated_worker_cleans_up(primary):
     assert_intact_in(primary, "ts_a", expected)
 
 
+def drop_in_background(cluster, statement="DROP TABLE victim"):
+    """Run statement in a thread; returns (thread, event set when done)."""
+    done = threading.Event()
+
+    def run():
+        with cluster.conn() as conn:
+            conn.execute(statement)
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, done
+
+
+def test_drop_table_cancels_the_move(primary):
+    """pg_tsmove.yield_to_ddl (default on): a DROP TABLE that waits for the
+    move's session lock makes the move cancel itself, so neither the DROP
+    nor the queries queued behind it wait for the rest of the copy."""
+    make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+    wait_for_state(primary, job, ("copying",), 30)
+    started = time.monotonic()
+    thread, dropped = drop_in_background(primary)
+    assert wait_job(primary, job, 30) == "cancelled"
+    thread.join(30)
+    assert dropped.is_set() and time.monotonic() - started < 5
+    row = job_row(primary, job)
+    assert row["error"] == 'move cancelled: another session waits for a lock on "public.victim"'
+    assert primary.sql_scalar("SELECT to_regclass('victim')") is None
+    assert primary.orphan_files() == []
+
+
+@pytest.mark.pg_conf("pg_tsmove.yield_to_ddl = off")
 def test_drop_table_waits_for_the_move(primary):
-    """DROP TABLE during the copy waits for the move's session lock; the
-    move switches (the waiting DROP does not block its exclusive lock) and
-    then the DROP removes the new files: nothing is left anywhere."""
+    """With yield_to_ddl off, DROP TABLE waits for the move; the move still
+    switches (the waiting DROP does not block its exclusive lock, which it
+    requests while holding a conflicting lock) and then the DROP removes the
+    new files: nothing is left anywhere."""
     make_table(primary)
     job = start_move(primary, "victim", "ts_b", max_rate_mb=16)
     wait_for_state(primary, job, ("copying",), 30)
-    dropped = threading.Event()
-
-    def drop():
-        with primary.conn() as conn:
-            conn.execute("DROP TABLE victim")
-        dropped.set()
-
-    dropper = threading.Thread(target=drop)
-    dropper.start()
+    thread, dropped = drop_in_background(primary)
     time.sleep(0.5)
     assert not dropped.is_set(), "DROP TABLE did not wait for the move"
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
-    dropper.join(30)
+    thread.join(30)
     assert dropped.is_set()
     assert primary.sql_scalar("SELECT to_regclass('victim')") is None
+    assert primary.orphan_files() == []
+
+
+def test_truncate_cancels_the_move_and_data_stays_right(primary):
+    """TRUNCATE would give the relation a new relfilenode: it waits, the
+    move yields, the TRUNCATE runs; the table is empty, in ts_a, intact."""
+    make_table(primary)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
+    wait_for_state(primary, job, ("copying",), 30)
+    thread, done = drop_in_background(primary, "TRUNCATE victim")
+    assert wait_job(primary, job, 30) == "cancelled"
+    thread.join(30)
+    assert done.is_set()
+    assert primary.sql_scalar("SELECT count(*) FROM victim") == 0
+    assert tablespace_of(primary, "victim") == "ts_a"
+    assert primary.amcheck(relations=["victim"]) == []
     assert primary.orphan_files() == []
 
 
