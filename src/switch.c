@@ -131,6 +131,16 @@ tsm_lock_members(TsmJob *job)
 	return locked;
 }
 
+/* When the switch transaction committed: its locks go a moment later. */
+static TimestampTz switch_committed_at;
+
+static void
+tsm_note_commit_time(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT)
+		switch_committed_at = GetCurrentTimestamp();
+}
+
 /*
  * Try to switch the job's relation to its new files.  Returns true if the
  * switch committed, false if the exclusive lock was not granted in time.
@@ -187,12 +197,19 @@ tsm_try_switch(TsmJob *job)
 		CommandCounterIncrement();
 	}
 
-	job->switch_ms = (double) (GetCurrentTimestamp() - lock_granted) / 1000.0;
 	job->state = TSM_WARMING;
 	tsm_job_update_state(job->job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
+
+	/*
+	 * switch_ms ends at commit: CommitTransaction releases the locks right
+	 * after the commit callbacks, and only then unlinks the old files,
+	 * which can take long for a big relation but blocks nobody.
+	 */
+	RegisterXactCallback(tsm_note_commit_time, NULL);
 	CommitTransactionCommand();
-	job->switch_ms = (double) (GetCurrentTimestamp() - lock_granted) / 1000.0;
+	UnregisterXactCallback(tsm_note_commit_time, NULL);
+	job->switch_ms = (double) (switch_committed_at - lock_granted) / 1000.0;
 	tsm_set_state(job, TSM_WARMING);
 	return true;
 }

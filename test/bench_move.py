@@ -77,6 +77,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -330,10 +331,85 @@ class Pgbench:
                 "tps": done / length if length > 0 else None,
                 "max_latency_ms": worst * 1000.0}
 
+    def top_latencies(self, start, end, n=8):
+        """The n largest latencies of transactions overlapping [start, end]:
+        (latency ms, completion time in s relative to end)."""
+        lat = sorted(((l, e) for e, l in self.tx if l is not None
+                      and e >= start and e - l <= end), reverse=True)[:n]
+        return [(round(l * 1000, 1), round(e - end, 3)) for l, e in lat]
+
     def progress(self):
         return [(float(m.group(1)), float(m.group(2)))
                 for m in re.finditer(r"^progress: ([\d.]+) s, ([\d.]+) tps",
                                      self.stderr, re.MULTILINE)]
+
+
+class Sampler(threading.Thread):
+    """Once a second during a loaded run: CPU busy % of the machine (from
+    /proc/stat), disk writes (from /proc/diskstats, whole disk) and the live
+    counters of a running tsmove job (tsmove.job_progress())."""
+
+    def __init__(self, c, t0):
+        super().__init__(daemon=True)
+        self.c, self.t0 = c, t0
+        self.samples = []
+        self.stop = threading.Event()
+        self.disk = None
+        try:
+            src = subprocess.run(["df", "--output=source", c.data_dir],
+                                 capture_output=True, text=True).stdout.split()[-1]
+            self.disk = os.path.basename(src)
+        except Exception:
+            pass
+
+    @staticmethod
+    def cpu():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v) - idle, sum(v)
+
+    def sectors_written(self):
+        with open("/proc/diskstats") as f:
+            for line in f:
+                p = line.split()
+                if p[2] == self.disk:
+                    return int(p[9])
+        return 0
+
+    def run(self):
+        busy0, tot0 = self.cpu()
+        sec0 = self.sectors_written()
+        last = time.time()
+        try:
+            conn = self.c.conn()
+        except Exception:
+            conn = None
+        while not self.stop.wait(1.0):
+            now = time.time()
+            busy, tot = self.cpu()
+            sec = self.sectors_written()
+            s = {"t": round(now - self.t0, 2),
+                 "cpu_busy_pct": round(100.0 * (busy - busy0) / max(1, tot - tot0), 1),
+                 "disk_write_mb_s": round((sec - sec0) * 512 / 1e6 / (now - last), 1)}
+            busy0, tot0, sec0, last = busy, tot, sec, now
+            if conn is not None:
+                try:
+                    row = conn.execute(
+                        "SELECT state, blocks_copied, blocks_recopied, "
+                        "dirty_backlog, rate_mb_s FROM tsmove.job_progress()"
+                    ).fetchone()
+                    if row:
+                        s["job"] = list(row)
+                except Exception as e:
+                    s["job_error"] = str(e)
+            self.samples.append(s)
+        if conn is not None:
+            conn.close()
+
+    def mean(self, key, start, end):
+        v = [s[key] for s in self.samples if start <= s["t"] <= end]
+        return sum(v) / len(v) if v else None
 
 
 def loaded_move(c, method, target, load_seconds, workdir):
@@ -347,6 +423,8 @@ def loaded_move(c, method, target, load_seconds, workdir):
     size = rel_size(c)
     rate = c.sql_scalar("SHOW pg_tsmove.max_rate_mb")
     bench = Pgbench(c, load_seconds, workdir)
+    sampler = Sampler(c, bench.t0)
+    sampler.start()
     move_at = bench.t0 + WARMUP_S + BASELINE_S
     time.sleep(max(0.0, move_at - time.time()))
     log("load %-9s %s -> %s: move starts %.1f s into the pgbench run"
@@ -364,6 +442,8 @@ def loaded_move(c, method, target, load_seconds, workdir):
         % (method, r["end"] - r["start"],
            "" if finished_in_load else " (ENDED AFTER pgbench's -T)"))
     bench.wait()
+    sampler.stop.set()
+    sampler.join()
     base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
     mv = bench.window(r["start"], min(r["end"], bench.t_end))
     after = bench.window(r["end"], min(r["end"] + 10, bench.t_end))
@@ -390,6 +470,16 @@ def loaded_move(c, method, target, load_seconds, workdir):
            "pgbench_rc": bench.rc,
            "pgbench_tps_total": bench.summary_number(r"^tps = ([\d.]+)"),
            "progress": bench.progress(), "ok": r["ok"],
+           "samples": sampler.samples,
+           "cpu_busy_pct_baseline": sampler.mean("cpu_busy_pct", WARMUP_S,
+                                                 WARMUP_S + BASELINE_S),
+           "cpu_busy_pct_move": sampler.mean(
+               "cpu_busy_pct", r["start"] - bench.t0 + 1, r["end"] - bench.t0),
+           "disk_write_mb_s_baseline": sampler.mean(
+               "disk_write_mb_s", WARMUP_S, WARMUP_S + BASELINE_S),
+           "disk_write_mb_s_move": sampler.mean(
+               "disk_write_mb_s", r["start"] - bench.t0 + 1, r["end"] - bench.t0),
+           "top_latencies_in_move": bench.top_latencies(r["start"], r["end"]),
            "tablespace_after": table_tablespace(c)}
     if bench.rc != 0:
         out["pgbench_stderr_tail"] = bench.stderr.splitlines()[-20:]
@@ -535,6 +625,12 @@ def build_report(res):
                      lambda k: "%s (+%s)" % (B[k]["pgbench_failed_total"],
                                              B[k]["pgbench_clients_aborted"] or 0),
                      "= 0", "load_failed"))
+    lines.append(row("CPU busy %, baseline / move (2 cores)",
+                     lambda k: "%s / %s" % (fmt(B[k]["cpu_busy_pct_baseline"], "%.0f"),
+                                            fmt(B[k]["cpu_busy_pct_move"], "%.0f"))))
+    lines.append(row("disk writes MB/s, baseline / move",
+                     lambda k: "%s / %s" % (fmt(B[k]["disk_write_mb_s_baseline"], "%.0f"),
+                                            fmt(B[k]["disk_write_mb_s_move"], "%.0f"))))
     lines.append(row("WAL during move, MB",
                      lambda k: fmt(B[k]["wal_bytes_during_move"] / 1e6, "%.1f")))
     lines.append(row("switch_ms / lock_wait_ms",

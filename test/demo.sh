@@ -10,7 +10,7 @@
 # whether the move succeeded or not.
 #
 # Environment: DEMO_SCALE (20), DEMO_SECONDS of pgbench (60), DEMO_RATE_MB
-# (max_rate_mb of the move, default unthrottled).
+# (max_rate_mb of the move; default pg_tsmove.max_rate_mb).
 
 set -u
 if [ "$(id -u)" -ne 0 ]; then
