@@ -197,7 +197,6 @@ tsm_try_switch(TsmJob *job)
 		CommandCounterIncrement();
 	}
 
-	job->state = TSM_WARMING;
 	tsm_job_update_state(job->job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
 
@@ -209,6 +208,7 @@ tsm_try_switch(TsmJob *job)
 	RegisterXactCallback(tsm_note_commit_time, NULL);
 	CommitTransactionCommand();
 	UnregisterXactCallback(tsm_note_commit_time, NULL);
+	/* only now: an error before the commit must drop the new files */
 	job->switch_ms = (double) (switch_committed_at - lock_granted) / 1000.0;
 	tsm_set_state(job, TSM_WARMING);
 	return true;

@@ -618,17 +618,35 @@ tsm_abort_job(TsmJob *job, ErrorData *edata)
 	else
 		final_state = cancelled ? TSM_CANCELLED : TSM_FAILED;
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
+	/*
+	 * The new files go first, in a transaction of their own, so that nothing
+	 * is orphaned even if the row cannot be written (DROP EXTENSION, say).
+	 */
 	if (job->storage_created && !switched)
 	{
+		StartTransactionCommand();
 		for (int i = 0; i < job->nmembers; i++)
 			tsm_drop_storage(job->members[i].new_node);
+		(void) GetCurrentTransactionId();	/* the commit record drops them */
+		CommitTransactionCommand();
+		job->storage_created = false;
 	}
+
 	job->state = final_state;
-	tsm_save_job(job, final_state, edata->message);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	PG_TRY();
+	{
+		tsm_save_job_xact(job, final_state, edata->message);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		ereport(WARNING,
+				(errmsg("pg_tsmove could not record the end of job %lld (%s)",
+						(long long) job->job_id, tsm_state_name(final_state))));
+	}
+	PG_END_TRY();
 	tsm_publish_progress(job, true);
 
 	if (job->session_locked)

@@ -408,7 +408,8 @@ class Sampler(threading.Thread):
             conn.close()
 
     def mean(self, key, start, end):
-        v = [s[key] for s in self.samples if start <= s["t"] <= end]
+        # a sample at t covers the second (t - 1, t]
+        v = [s[key] for s in self.samples if s["t"] > start and s["t"] - 1 < end]
         return sum(v) / len(v) if v else None
 
 
@@ -474,11 +475,11 @@ def loaded_move(c, method, target, load_seconds, workdir):
            "cpu_busy_pct_baseline": sampler.mean("cpu_busy_pct", WARMUP_S,
                                                  WARMUP_S + BASELINE_S),
            "cpu_busy_pct_move": sampler.mean(
-               "cpu_busy_pct", r["start"] - bench.t0 + 1, r["end"] - bench.t0),
+               "cpu_busy_pct", r["start"] - bench.t0, r["end"] - bench.t0),
            "disk_write_mb_s_baseline": sampler.mean(
                "disk_write_mb_s", WARMUP_S, WARMUP_S + BASELINE_S),
            "disk_write_mb_s_move": sampler.mean(
-               "disk_write_mb_s", r["start"] - bench.t0 + 1, r["end"] - bench.t0),
+               "disk_write_mb_s", r["start"] - bench.t0, r["end"] - bench.t0),
            "top_latencies_in_move": bench.top_latencies(r["start"], r["end"]),
            "tablespace_after": table_tablespace(c)}
     if bench.rc != 0:

@@ -205,3 +205,19 @@ def test_no_background_worker_slot(clusters):
         small.sql("SELECT tsmove.move('t', 'ts_b')")
     assert err.value.diag.message_hint == "You may need to increase max_worker_processes."
     assert small.sql_scalar("SELECT count(*) FROM tsmove.job") == 0
+
+
+def test_drop_extension_during_move_leaves_no_files(primary):
+    """DROP EXTENSION takes the job table away from a running move: the
+    switch fails, and the worker still removes the new files."""
+    expected = make_table(primary, rows=60000)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=8)
+    wait_for_state(primary, job, ("copying",), 30)
+    primary.sql("DROP EXTENSION pg_tsmove")
+    wait_for(lambda: primary.sql_scalar(
+        "SELECT count(*) = 0 FROM pg_stat_activity "
+        "WHERE backend_type = 'pg_tsmove worker'"), 60, what="the worker to exit")
+    assert "could not record the end of job" in primary.log_contents()
+    assert primary.row_hash("victim", "id") == expected
+    assert tablespace_of(primary, "victim") == "ts_a"
+    assert primary.orphan_files() == []
