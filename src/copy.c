@@ -114,13 +114,18 @@ tsm_copy_pending(TsmJob *job, TsmMember *m, int64 max_blocks,
 	Relation	rel = relation_open(m->relid, NoLock);
 	int64		copied = 0;
 	BlockNumber blkno;
+	BlockNumber lowest = InvalidBlockNumber;
+	BlockNumber highest = 0;
 
 	m->nblocks = RelationGetNumberOfBlocks(rel);
 	while (copied < max_blocks && m->copy_cursor < m->nblocks)
 	{
-		tsm_copy_block(job, m, rel, MAIN_FORKNUM, m->copy_cursor, true);
+		blkno = m->copy_cursor;
+		tsm_copy_block(job, m, rel, MAIN_FORKNUM, blkno, true);
 		m->copy_cursor++;
 		copied++;
+		lowest = Min(lowest, blkno);
+		highest = Max(highest, blkno);
 		tsm_account_write(job, throttled);
 	}
 	while (include_dirty && copied < max_blocks &&
@@ -129,9 +134,22 @@ tsm_copy_pending(TsmJob *job, TsmMember *m, int64 max_blocks,
 		tsm_copy_block(job, m, rel, MAIN_FORKNUM, blkno, false);
 		job->blocks_recopied++;
 		copied++;
+		lowest = Min(lowest, blkno);
+		highest = Max(highest, blkno);
 		tsm_account_write(job, throttled);
 	}
 	relation_close(rel, NoLock);
+
+	/*
+	 * Start the kernel's writeback of what this batch wrote, as
+	 * checkpoint_flush_after does for checkpoints: otherwise the page cache
+	 * collects the whole copy and flushes it in one burst, which stalls every
+	 * commit's WAL fsync.  Not under the switch's lock, where it would only
+	 * add latency.
+	 */
+	if (throttled && copied > 0)
+		smgrwriteback(tsm_smgropen(m->new_node), MAIN_FORKNUM, lowest,
+					  highest - lowest + 1);
 	return copied;
 }
 

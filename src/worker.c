@@ -130,6 +130,7 @@ tsm_publish_progress(TsmJob *job, bool force)
 	TimestampTz now = GetCurrentTimestamp();
 	int64		total = 0;
 	int64		copied = 0;
+	int64		dirty = 0;
 	int64		written = job->bytes_written + job->wal_bytes;
 
 	if (!force && !TimestampDifferenceExceeds(last_publish, now, TSM_PUBLISH_INTERVAL_MS))
@@ -149,6 +150,7 @@ tsm_publish_progress(TsmJob *job, bool force)
 	{
 		total += Max(job->members[i].nblocks, job->members[i].copy_cursor);
 		copied += job->members[i].copy_cursor;
+		dirty += job->members[i].dirty.count;
 	}
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
@@ -156,7 +158,7 @@ tsm_publish_progress(TsmJob *job, bool force)
 	tsm_my_slot->blocks_total = total;
 	tsm_my_slot->blocks_copied = copied;
 	tsm_my_slot->blocks_recopied = job->blocks_recopied;
-	tsm_my_slot->dirty_backlog = tsm_job_dirty_backlog(job);
+	tsm_my_slot->dirty_backlog = dirty;
 	tsm_my_slot->bytes_written = job->bytes_written;
 	tsm_my_slot->wal_bytes = job->wal_bytes;
 	tsm_my_slot->rate_mb_s = job->rate_mb_s;
