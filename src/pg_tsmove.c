@@ -30,7 +30,7 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-double		tsm_max_rate_mb = 32.0;
+double		tsm_max_rate_mb = 64.0;
 int			tsm_switch_lock_timeout_ms = 20;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;
@@ -132,7 +132,7 @@ _PG_init(void)
 							 "Counts the pages written to the new files and the WAL that logs them. "
 							 "tsmove.move(max_rate_mb => ...) and tsmove.set_rate() override it per job.",
 							 &tsm_max_rate_mb,
-							 32.0, 0.0, 1.0e6,
+							 64.0, 0.0, 1.0e6,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
 
