@@ -99,6 +99,7 @@ extern void tsm_account_write(TsmJob *job, bool throttled);
 extern void tsm_publish_progress(TsmJob *job, bool force);
 extern void tsm_set_state(TsmJob *job, TsmJobState state);
 extern int64 tsm_job_dirty_backlog(TsmJob *job);
+extern void tsm_debug_pause(TsmJob *job, const char *phase);
 
 /* copy.c */
 extern void tsm_create_new_storage(TsmJob *job);

@@ -35,6 +35,7 @@ int			tsm_switch_lock_timeout_ms = 20;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;
 bool		tsm_yield_to_ddl = true;
+char	   *tsm_debug_pause_at = NULL;
 
 TsmShared  *tsm_shared = NULL;
 
@@ -169,6 +170,15 @@ _PG_init(void)
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tsmove.debug_pause_at",
+							   "Developer option: a phase at which the worker pauses for 60 s.",
+							   "'switching' pauses under the exclusive lock just before the switch "
+							   "commits, 'warming' just after it; the tests crash the server there.",
+							   &tsm_debug_pause_at,
+							   "",
+							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_tsmove");
 

@@ -91,6 +91,7 @@ extern int	tsm_switch_lock_timeout_ms;
 extern int	tsm_max_workers;
 extern int	tsm_switch_backlog_blocks;
 extern bool tsm_yield_to_ddl;
+extern char *tsm_debug_pause_at;
 extern TsmShared *tsm_shared;
 
 extern void tsm_require_preload(void);

@@ -199,6 +199,7 @@ tsm_try_switch(TsmJob *job)
 
 	tsm_job_update_state(job->job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
+	tsm_debug_pause(job, "switching");
 
 	/*
 	 * switch_ms ends at commit: CommitTransaction releases the locks right

@@ -265,6 +265,21 @@ tsm_sleep(TsmJob *job, long ms)
 }
 
 /*
+ * pg_tsmove.debug_pause_at: hold still for 60 s at a named phase, so that
+ * tests can kill the server at moments too short to hit otherwise.  Only
+ * the postmaster's death ends the pause early.
+ */
+void
+tsm_debug_pause(TsmJob *job, const char *phase)
+{
+	if (tsm_debug_pause_at == NULL || strcmp(tsm_debug_pause_at, phase) != 0)
+		return;
+	ereport(LOG, (errmsg("pg_tsmove: job %lld pauses at %s (pg_tsmove.debug_pause_at)",
+						 (long long) job->job_id, phase)));
+	(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 60000L, PG_WAIT_EXTENSION);
+}
+
+/*
  * Charge bytes to the job's budget and sleep until the budget allows them.
  * Credit banked while idle is capped, so a pause is never followed by a
  * burst above the rate.
@@ -776,6 +791,7 @@ tsm_run_job(int64 job_id)
 			LockReleaseSession(DEFAULT_LOCKMETHOD);
 			job->session_locked = false;
 			tsm_mirror_stop(job);
+			tsm_debug_pause(job, "warming");
 			tsm_warm_new_storage(job);
 			job->state = TSM_DONE;
 			job->note[0] = '\0';

@@ -221,3 +221,28 @@ def test_drop_extension_during_move_leaves_no_files(primary):
     assert primary.row_hash("victim", "id") == expected
     assert tablespace_of(primary, "victim") == "ts_a"
     assert primary.orphan_files() == []
+
+
+@pytest.mark.parametrize("phase, survivor", [("switching", "ts_a"), ("warming", "ts_b")])
+def test_crash_at_the_switch(primary, phase, survivor):
+    """kill -9 while the switch holds its exclusive lock with the catalog
+    changed but not committed (the table stays where it was, the new files
+    go), or just after the switch committed (the table is in its new place,
+    the old files go).  pg_tsmove.debug_pause_at holds the worker there."""
+    expected = make_table(primary)
+    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
+    primary.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
+    wait_for(lambda: "job %d pauses at %s" % (job, phase) in primary.log_contents(),
+             60, what="the worker to pause at " + phase)
+    primary.kill9()
+    primary.start()
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    primary.sql("SELECT pg_reload_conf()")
+
+    row = wait_for_state(primary, job, ("failed", "done"), 30)
+    assert row["state"] == ("failed" if phase == "switching" else "done"), row
+    assert_intact_in(primary, survivor, expected)
+    if phase == "switching":
+        move_again_succeeds(primary, expected)
