@@ -78,7 +78,7 @@ tsm_drop_storage(TsmRelFileNode node)
  * copy.  Extra forks (FSM, VM) are zeroed on read errors, as their own
  * readers do, and logged without assuming a standard page layout.
  */
-void
+static void
 tsm_copy_block(TsmJob *job, TsmMember *m, Relation rel, ForkNumber fork,
 			   BlockNumber blkno, bool extend)
 {
@@ -94,7 +94,7 @@ tsm_copy_block(TsmJob *job, TsmMember *m, Relation rel, ForkNumber fork,
 	UnlockReleaseBuffer(buf);
 
 	log_newpage(&m->new_node, fork, blkno, page.data,
-				main_fork && m->relam_is_heap_or_btree);
+				main_fork && m->standard_pages);
 	PageSetChecksumInplace(page.data, blkno);
 	tsm_smgr_put_block(tsm_smgropen(m->new_node), fork, blkno, page.data,
 					   extend, !job->bulk_synced);

@@ -215,7 +215,7 @@ tsm_rate_argument(FunctionCallInfo fcinfo, int argno)
 }
 
 /* Find the slot running (or about to run) a job; caller holds the lock. */
-TsmWorkerSlot *
+static TsmWorkerSlot *
 tsm_find_slot_for_job(Oid dbid, int64 job_id)
 {
 	for (int i = 0; i < tsm_shared->nslots; i++)

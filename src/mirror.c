@@ -47,7 +47,7 @@
 
 /* ---- dirty block sets ---- */
 
-void
+static void
 tsm_dirty_add(TsmDirtySet *set, BlockNumber blkno)
 {
 	uint32		word = blkno / 64;

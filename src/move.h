@@ -30,8 +30,7 @@ typedef struct TsmDirtySet
 typedef struct TsmMember
 {
 	Oid			relid;
-	char		relkind;
-	char		relam_is_heap_or_btree;	/* pages have the standard layout */
+	bool		standard_pages; /* heap or btree: pages have pd_lower/upper */
 	TsmRelFileNode old_node;
 	TsmRelFileNode new_node;
 	BlockNumber copy_cursor;	/* blocks [0, copy_cursor) are copied */
@@ -104,14 +103,11 @@ extern void tsm_debug_pause(TsmJob *job, const char *phase);
 /* copy.c */
 extern void tsm_create_new_storage(TsmJob *job);
 extern void tsm_drop_storage(TsmRelFileNode node);
-extern void tsm_copy_block(TsmJob *job, TsmMember *m, Relation rel,
-						   ForkNumber fork, BlockNumber blkno, bool extend);
 extern int64 tsm_copy_pending(TsmJob *job, TsmMember *m, int64 max_blocks,
 							  bool include_dirty, bool throttled);
 extern void tsm_copy_extra_forks(TsmJob *job);
 
 /* mirror.c */
-extern void tsm_dirty_add(TsmDirtySet *set, BlockNumber blkno);
 extern bool tsm_dirty_take_next(TsmDirtySet *set, BlockNumber *blkno);
 extern void tsm_mirror_start(TsmJob *job);
 extern void tsm_mirror_drain(TsmJob *job);

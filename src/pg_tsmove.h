@@ -103,7 +103,6 @@ extern TsmJobState tsm_state_from_name(const char *name);
 extern void tsm_check_movable(Relation rel, Oid target_spc);
 extern void tsm_job_update_state(int64 job_id, TsmJobState state,
 								 const char *error);
-extern TsmWorkerSlot *tsm_find_slot_for_job(Oid dbid, int64 job_id);
 extern void tsm_run_as_superuser_begin(Oid *save_userid, int *save_sec);
 extern void tsm_run_as_superuser_end(Oid save_userid, int save_sec);
 

@@ -444,9 +444,8 @@ tsm_add_member(TsmJob *job, Relation rel)
 	Assert(job->nmembers <= TSM_MAX_MEMBERS);
 	memset(m, 0, sizeof(*m));
 	m->relid = RelationGetRelid(rel);
-	m->relkind = rel->rd_rel->relkind;
-	m->relam_is_heap_or_btree = (rel->rd_rel->relam == HEAP_TABLE_AM_OID ||
-								 rel->rd_rel->relam == BTREE_AM_OID);
+	m->standard_pages = (rel->rd_rel->relam == HEAP_TABLE_AM_OID ||
+						 rel->rd_rel->relam == BTREE_AM_OID);
 	m->old_node = TsmRelationNode(rel);
 	TSM_SPC(m->new_node) = job->target_spc;
 	TSM_DB(m->new_node) = MyDatabaseId;
