@@ -685,8 +685,9 @@ tsm_wait(PG_FUNCTION_ARGS)
  * tsmove.cancel(job bigint) RETURNS boolean
  *
  * Asks the job's worker to stop; the worker removes the new files and marks
- * the job cancelled.  A job still queued behind its chain is marked
- * cancelled at once.  Returns false if the job had already ended.
+ * the job cancelled.  A job still queued behind its chain, and the index
+ * jobs queued behind this one, are marked cancelled at once.  Returns false
+ * if the job had already ended.
  */
 Datum
 tsm_cancel(PG_FUNCTION_ARGS)
@@ -716,9 +717,12 @@ tsm_cancel(PG_FUNCTION_ARGS)
 	}
 	LWLockRelease(tsm_shared->lock);
 
-	if (!signalled)
+	/*
+	 * Jobs still queued, this one (behind its chain) or the index jobs
+	 * queued behind it (with_indexes), are marked cancelled here; the worker
+	 * skips them when it gets there.
+	 */
 	{
-		/* Queued behind its chain: the worker skips it when it gets there. */
 		Oid			argtype = INT8OID;
 		Datum		arg = Int64GetDatum(job_id);
 		Oid			save_userid;
@@ -729,10 +733,10 @@ tsm_cancel(PG_FUNCTION_ARGS)
 		if (SPI_execute_with_args("UPDATE tsmove.job SET state = 'cancelled', "
 								  "error = 'cancelled before it started', "
 								  "finished_at = pg_catalog.clock_timestamp() "
-								  "WHERE job_id = $1 AND state = 'queued'",
+								  "WHERE (job_id = $1 OR parent_job = $1) AND state = 'queued'",
 								  1, &argtype, &arg, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not update tsmove.job");
-		signalled = SPI_processed > 0;
+		signalled = signalled || SPI_processed > 0;
 		SPI_finish();
 		tsm_run_as_superuser_end(save_userid, save_sec);
 	}

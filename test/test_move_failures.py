@@ -246,3 +246,21 @@ def test_crash_at_the_switch(primary, phase, survivor):
     assert_intact_in(primary, survivor, expected)
     if phase == "switching":
         move_again_succeeds(primary, expected)
+
+
+def test_cancel_table_job_cancels_its_queued_index_jobs(primary):
+    """with_indexes queues one job per index behind the table's; cancelling
+    the table's job cancels them too, and nothing moves."""
+    expected = make_table(primary)
+    index_home = tablespace_of(primary, "victim_pkey")
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=4, with_indexes=True)
+    index_jobs = [r[0] for r in primary.sql(
+        "SELECT job_id FROM tsmove.job WHERE parent_job = %s", (job,))]
+    assert len(index_jobs) == 1
+    wait_for_state(primary, job, ("copying",), 30)
+    assert primary.sql_scalar("SELECT tsmove.cancel(%s)", (job,)) is True
+    assert wait_job(primary, job, 30) == "cancelled"
+    assert wait_job(primary, index_jobs[0], 30) == "cancelled"
+    assert job_row(primary, index_jobs[0])["error"] == "cancelled before it started"
+    assert tablespace_of(primary, "victim_pkey") == index_home != "ts_b"
+    assert_intact_in(primary, "ts_a", expected)
