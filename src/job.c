@@ -85,6 +85,30 @@ tsm_run_as_superuser_end(Oid save_userid, int save_sec)
 }
 
 /*
+ * Run one UPDATE of tsmove.job as the superuser, in the current
+ * transaction; returns the number of rows it changed.  nulls as for
+ * SPI_execute_with_args (NULL: no argument is null).
+ */
+uint64
+tsm_job_table_update(const char *sql, int nargs, Oid *argtypes,
+					 Datum *values, const char *nulls)
+{
+	Oid			save_userid;
+	int			save_sec;
+	uint64		processed;
+
+	tsm_run_as_superuser_begin(&save_userid, &save_sec);
+	SPI_connect();
+	if (SPI_execute_with_args(sql, nargs, argtypes, values, nulls,
+							  false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update tsmove.job");
+	processed = SPI_processed;
+	SPI_finish();
+	tsm_run_as_superuser_end(save_userid, save_sec);
+	return processed;
+}
+
+/*
  * tsm_check_movable
  *		Error out unless rel can move online to target_spc.
  *
@@ -562,8 +586,6 @@ tsm_job_update_state(int64 job_id, TsmJobState state, const char *error)
 	Oid			argtypes[3] = {INT8OID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
-	Oid			save_userid;
-	int			save_sec;
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(tsm_state_name(state));
@@ -572,17 +594,12 @@ tsm_job_update_state(int64 job_id, TsmJobState state, const char *error)
 	else
 		nulls[2] = 'n';
 
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE tsmove.job SET state = $2, "
-							  "error = coalesce($3, error), "
-							  "finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
-							  "THEN pg_catalog.clock_timestamp() END "
-							  "WHERE job_id = $1",
-							  3, argtypes, values, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update tsmove.job");
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
+	(void) tsm_job_table_update("UPDATE tsmove.job SET state = $2, "
+								"error = coalesce($3, error), "
+								"finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
+								"THEN pg_catalog.clock_timestamp() END "
+								"WHERE job_id = $1",
+								3, argtypes, values, nulls);
 }
 
 /* Error out unless the current user may control the job. */
@@ -697,6 +714,8 @@ tsm_cancel(PG_FUNCTION_ARGS)
 	char	   *state;
 	TsmWorkerSlot *slot;
 	bool		signalled = false;
+	Oid			argtype = INT8OID;
+	Datum		arg = Int64GetDatum(job_id);
 
 	tsm_require_preload();
 	state = tsm_read_job_state(job_id, &submitted_by);
@@ -722,24 +741,12 @@ tsm_cancel(PG_FUNCTION_ARGS)
 	 * queued behind it (with_indexes), are marked cancelled here; the worker
 	 * skips them when it gets there.
 	 */
-	{
-		Oid			argtype = INT8OID;
-		Datum		arg = Int64GetDatum(job_id);
-		Oid			save_userid;
-		int			save_sec;
-
-		tsm_run_as_superuser_begin(&save_userid, &save_sec);
-		SPI_connect();
-		if (SPI_execute_with_args("UPDATE tsmove.job SET state = 'cancelled', "
-								  "error = 'cancelled before it started', "
-								  "finished_at = pg_catalog.clock_timestamp() "
-								  "WHERE (job_id = $1 OR parent_job = $1) AND state = 'queued'",
-								  1, &argtype, &arg, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not update tsmove.job");
-		signalled = signalled || SPI_processed > 0;
-		SPI_finish();
-		tsm_run_as_superuser_end(save_userid, save_sec);
-	}
+	if (tsm_job_table_update("UPDATE tsmove.job SET state = 'cancelled', "
+							 "error = 'cancelled before it started', "
+							 "finished_at = pg_catalog.clock_timestamp() "
+							 "WHERE (job_id = $1 OR parent_job = $1) AND state = 'queued'",
+							 1, &argtype, &arg, NULL) > 0)
+		signalled = true;
 	PG_RETURN_BOOL(signalled);
 }
 
@@ -759,8 +766,6 @@ tsm_set_rate(PG_FUNCTION_ARGS)
 	TsmWorkerSlot *slot;
 	Oid			argtypes[2] = {INT8OID, FLOAT8OID};
 	Datum		values[2];
-	Oid			save_userid;
-	int			save_sec;
 
 	tsm_require_preload();
 	state = tsm_read_job_state(job_id, &submitted_by);
@@ -782,13 +787,8 @@ tsm_set_rate(PG_FUNCTION_ARGS)
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Float8GetDatum(rate);
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE tsmove.job SET max_rate_mb = $2 WHERE job_id = $1",
-							  2, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update tsmove.job");
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
+	(void) tsm_job_table_update("UPDATE tsmove.job SET max_rate_mb = $2 WHERE job_id = $1",
+								2, argtypes, values, NULL);
 	PG_RETURN_BOOL(true);
 }
 

@@ -105,6 +105,8 @@ extern void tsm_job_update_state(int64 job_id, TsmJobState state,
 								 const char *error);
 extern void tsm_run_as_superuser_begin(Oid *save_userid, int *save_sec);
 extern void tsm_run_as_superuser_end(Oid save_userid, int save_sec);
+extern uint64 tsm_job_table_update(const char *sql, int nargs, Oid *argtypes,
+								   Datum *values, const char *nulls);
 
 /* launcher.c: start-up recovery of jobs a crash left behind */
 extern void tsm_register_launcher(void);

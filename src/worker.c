@@ -347,8 +347,6 @@ tsm_save_job(TsmJob *job, TsmJobState state, const char *error)
 	Datum		new_nodes[TSM_MAX_MEMBERS];
 	int64		total = 0;
 	int64		copied = 0;
-	Oid			save_userid;
-	int			save_sec;
 
 	for (int i = 0; i < job->nmembers; i++)
 	{
@@ -388,23 +386,18 @@ tsm_save_job(TsmJob *job, TsmJobState state, const char *error)
 	else
 		nulls[11] = nulls[12] = nulls[13] = 'n';
 
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE tsmove.job SET state = $2, error = $3, "
-							  "blocks_total = $4, blocks_copied = $5, blocks_recopied = $6, "
-							  "bytes_written = $7, wal_bytes = $8, switch_attempts = $9, "
-							  "lock_wait_ms = $10, switch_ms = $11, "
-							  "members = coalesce($12, members), "
-							  "old_relfilenodes = coalesce($13, old_relfilenodes), "
-							  "new_relfilenodes = coalesce($14, new_relfilenodes), "
-							  "started_at = coalesce(started_at, pg_catalog.clock_timestamp()), "
-							  "finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
-							  "THEN pg_catalog.clock_timestamp() END "
-							  "WHERE job_id = $1",
-							  14, argtypes, values, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update tsmove.job");
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
+	(void) tsm_job_table_update("UPDATE tsmove.job SET state = $2, error = $3, "
+								"blocks_total = $4, blocks_copied = $5, blocks_recopied = $6, "
+								"bytes_written = $7, wal_bytes = $8, switch_attempts = $9, "
+								"lock_wait_ms = $10, switch_ms = $11, "
+								"members = coalesce($12, members), "
+								"old_relfilenodes = coalesce($13, old_relfilenodes), "
+								"new_relfilenodes = coalesce($14, new_relfilenodes), "
+								"started_at = coalesce(started_at, pg_catalog.clock_timestamp()), "
+								"finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
+								"THEN pg_catalog.clock_timestamp() END "
+								"WHERE job_id = $1",
+								14, argtypes, values, nulls);
 }
 
 /* The same, in a transaction of its own. */
