@@ -24,6 +24,14 @@ def make_table(cluster, rows=200000):
     return cluster.row_hash("victim", "id")
 
 
+def move_victim_while_copying(cluster, max_rate_mb=4, **move_args):
+    """Start a throttled move of victim to ts_b and return its job id once
+    it is copying: the moment most failure tests interrupt."""
+    job = start_move(cluster, "victim", "ts_b", max_rate_mb=max_rate_mb, **move_args)
+    wait_for_state(cluster, job, ("copying",), 30)
+    return job
+
+
 def assert_intact_in(cluster, tablespace, expected_hash):
     assert cluster.row_hash("victim", "id") == expected_hash
     assert tablespace_of(cluster, "victim") == tablespace
@@ -74,8 +82,7 @@ def test_crash_mid_move(primary, phase):
 
 def test_cancel_mid_copy(primary):
     expected = make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary)
     time.sleep(0.5)
     assert primary.sql_scalar("SELECT tsmove.cancel(%s)", (job,)) is True
     assert wait_job(primary, job, 30) == "cancelled"
@@ -90,8 +97,7 @@ def test_cancel_mid_copy(primary):
 def test_terminated_worker_cleans_up(primary):
     """pg_terminate_backend() of the worker ends the job like a cancel."""
     expected = make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary)
     pid = primary.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
     primary.sql("SELECT pg_terminate_backend(%s)", (pid,))
     assert wait_job(primary, job, 30) == "failed"
@@ -118,8 +124,7 @@ def test_drop_table_cancels_the_move(primary):
     move's session lock makes the move cancel itself, so neither the DROP
     nor the queries queued behind it wait for the rest of the copy."""
     make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary)
     started = time.monotonic()
     thread, dropped = drop_in_background(primary)
     assert wait_job(primary, job, 30) == "cancelled"
@@ -138,8 +143,7 @@ def test_drop_table_waits_for_the_move(primary):
     requests while holding a conflicting lock) and then the DROP removes the
     new files: nothing is left anywhere."""
     make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=16)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary, max_rate_mb=16)
     thread, dropped = drop_in_background(primary)
     time.sleep(0.5)
     assert not dropped.is_set(), "DROP TABLE did not wait for the move"
@@ -154,8 +158,7 @@ def test_truncate_cancels_the_move_and_data_stays_right(primary):
     """TRUNCATE would give the relation a new relfilenode: it waits, the
     move yields, the TRUNCATE runs; the table is empty, in ts_a, intact."""
     make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary)
     thread, done = drop_in_background(primary, "TRUNCATE victim")
     assert wait_job(primary, job, 30) == "cancelled"
     thread.join(30)
@@ -169,8 +172,7 @@ def test_truncate_cancels_the_move_and_data_stays_right(primary):
 def test_shutdown_mid_copy_then_restart(primary):
     """A fast shutdown stops the worker, which removes its files itself."""
     expected = make_table(primary)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=4)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary)
     primary.stop("fast")
     primary.start()
     row = job_row(primary, job)
@@ -211,8 +213,7 @@ def test_drop_extension_during_move_leaves_no_files(primary):
     """DROP EXTENSION takes the job table away from a running move: the
     switch fails, and the worker still removes the new files."""
     expected = make_table(primary, rows=60000)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=8)
-    wait_for_state(primary, job, ("copying",), 30)
+    job = move_victim_while_copying(primary, max_rate_mb=8)
     primary.sql("DROP EXTENSION pg_tsmove")
     wait_for(lambda: primary.sql_scalar(
         "SELECT count(*) = 0 FROM pg_stat_activity "
