@@ -4,7 +4,7 @@
 # file only from the top directory when EXTENSION is set, so this Makefile
 # installs it itself and points DATA at the extension directory.
 
-EXTVERSION   = 0.1
+EXTVERSION   = 0.2
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o src/job.o src/worker.o src/copy.o \
                src/mirror.o src/switch.o src/launcher.o
