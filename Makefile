@@ -6,7 +6,7 @@
 
 EXTVERSION   = 0.2
 MODULE_big   = pg_tsmove
-OBJS         = src/pg_tsmove.o src/job.o src/worker.o src/copy.o \
+OBJS         = src/pg_tsmove.o src/job.o src/jobrecord.o src/worker.o src/copy.o \
                src/mirror.o src/switch.o src/launcher.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension

@@ -14,14 +14,18 @@
  *	- The private copy is WAL-logged as a full page image of the new
  *	  relfilenode (standbys and crash recovery rebuild the file from it; it
  *	  also sets the page LSN), then checksummed, then written with smgr.
- *	- Until the bulk copy is fsynced (worker.c), writes skip the fsync
- *	  queue; after it, they register with the checkpointer as buffer writes
- *	  do, so the switch never waits for a large fsync.
+ *	- Writes never go through the checkpointer's fsync queue: a checkpoint
+ *	  that completes between a page's WAL record and its write would not
+ *	  sync it, and crash recovery would not replay it.  The worker fsyncs
+ *	  the new files itself (tsm_sync_new_storage): the bulk copy outside
+ *	  any lock, then every fork again under the switch's lock, before the
+ *	  switch commits (RelationCopyStorage's rule).
  *	- The new storage is created without a pending delete: it must survive
  *	  the transaction that created it.  It is dropped by RelationDropStorage
  *	  in a transaction with an XID, so the commit record unlinks it on
- *	  standbys too and the checkpointer forgets its sync requests.  Never
- *	  unlink() by hand.
+ *	  standbys too.  Never unlink() by hand.  A relfilenode that pg_class
+ *	  maps is never dropped, whoever asks: once the switch has committed,
+ *	  the new files are the relation's storage.
  *
  * Locks: the caller is in a transaction and holds the job's session lock
  * (or the switch's AccessExclusiveLock) on every member.
@@ -33,11 +37,13 @@
 #include "access/relation.h"
 #include "access/xloginsert.h"
 #include "catalog/storage.h"
+#include "miscadmin.h"
 #include "catalog/storage_xlog.h"
 #include "access/xlogutils.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "utils/rel.h"
+#include "utils/relfilenodemap.h"
 
 #include "move.h"
 
@@ -61,12 +67,27 @@ tsm_create_new_storage(TsmJob *job)
 
 /*
  * Schedule the removal of a relfilenode's files (every fork) at commit of
- * the current transaction, which must get an XID before it commits.
+ * the current transaction, which must get an XID before it commits.  Does
+ * nothing, with a log message, if a relation of pg_class uses the
+ * relfilenode: a switch that committed made it live storage.
  */
 void
 tsm_drop_storage(TsmRelFileNode node)
 {
-	Relation	fake = CreateFakeRelcacheEntry(node);
+	Relation	fake;
+	Oid			owner_relid;
+
+	owner_relid = RelidByRelfilenode(TSM_SPC(node) == MyDatabaseTableSpace ?
+									 InvalidOid : TSM_SPC(node),
+									 TSM_REL(node));
+	if (OidIsValid(owner_relid))
+	{
+		ereport(LOG,
+				(errmsg("pg_tsmove: relfilenode %u is the storage of relation %u; not dropping it",
+						TSM_REL(node), owner_relid)));
+		return;
+	}
+	fake = CreateFakeRelcacheEntry(node);
 
 	RelationDropStorage(fake);
 	FreeFakeRelcacheEntry(fake);
@@ -97,7 +118,7 @@ tsm_copy_block(TsmJob *job, TsmMember *m, Relation rel, ForkNumber fork,
 				main_fork && m->standard_pages);
 	PageSetChecksumInplace(page.data, blkno);
 	tsm_smgr_put_block(tsm_smgropen(m->new_node), fork, blkno, page.data,
-					   extend, !job->bulk_synced);
+					   extend, true);
 }
 
 /*
@@ -186,5 +207,23 @@ tsm_copy_extra_forks(TsmJob *job)
 			}
 		}
 		relation_close(rel, NoLock);
+	}
+}
+
+/*
+ * fsync every fork of every member's new storage.  Called after the bulk
+ * copy and before each switch attempt with no lock held (so that little is
+ * left to sync), and under the switch's lock before it commits.
+ */
+void
+tsm_sync_new_storage(TsmJob *job)
+{
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		SMgrRelation dst = tsm_smgropen(job->members[i].new_node);
+
+		for (ForkNumber fork = 0; fork <= MAX_FORKNUM; fork++)
+			if (smgrexists(dst, fork))
+				smgrimmedsync(dst, fork);
 	}
 }

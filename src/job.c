@@ -2,24 +2,30 @@
  *
  * job.c
  *	  The SQL surface of moves: tsmove.move(), wait(), cancel(), set_rate(),
- *	  job_progress(), and the checks that decide what may move.
+ *	  job_progress(), queue_note(), and the checks that decide what may move.
  *
- * move() validates everything it can, inserts the job row(s) in the
- * caller's transaction, claims a worker slot and registers a dynamic
- * background worker.  The worker first waits for the caller's transaction
- * to end: if it aborted, the job never existed and the worker leaves.  So
- * the row is committed before any file is created, as DESIGN.md asks, even
- * though move() runs inside the caller's transaction.
+ * move() validates everything it can and inserts the job row(s) in the
+ * caller's transaction; nothing else.  When that transaction commits, an
+ * xact callback marks the database pending and wakes the launcher, which
+ * starts a worker when one is free (pg_tsmove.max_workers).  Until then the
+ * row is invisible to workers, so nothing runs for a transaction that
+ * aborts, and the row is committed before any file is created, as
+ * DESIGN.md asks.  A transaction that called move() cannot be prepared: a
+ * prepared transaction may commit after a restart, with nobody told.
  *
- * The job table is revoked from PUBLIC; the functions read and write it as
- * the bootstrap superuser (tsm_run_as_superuser_*), after doing their own
- * privilege checks, as core's ALTER TABLE ... SET TABLESPACE does: owner of
- * the relation (or superuser) and CREATE on the target tablespace.
+ * Privileges, as core's ALTER TABLE ... SET TABLESPACE: move() needs
+ * ownership of the relation (checked before any lock is taken on it) and
+ * CREATE on the target tablespace; the worker checks both again, as the
+ * submitting role, when the job starts.  A job is visible through wait()
+ * to its submitter, the relation's owner and pg_monitor; cancel() and
+ * set_rate() are for the submitter and the owner.  Superusers have all of
+ * these.  The job table is written as the superuser by jobrecord.c, with a
+ * fixed search_path.
  *
- * Locks: move() holds AccessShareLock on the relation until the caller's
- * transaction ends; the worker takes its session lock only later, so DDL
- * committed in between is caught by the worker's re-check.  Shared slot
- * rules are in pg_tsmove.h.
+ * Locks: move() holds AccessShareLock on the relation (and, with
+ * with_indexes, its indexes) until the caller's transaction ends; the
+ * worker takes its session lock only later, so DDL committed in between
+ * is caught by the worker's re-check.  Shared slot rules: pg_tsmove.h.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,77 +42,36 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_tablespace.h"
-#include "catalog/pg_type.h"
 #include "commands/tablespace.h"
-#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "postmaster/bgworker.h"
-#include "replication/slot.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
 #include "utils/acl.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pg_tsmove.h"
+#include "jobrecord.h"
+#include "move.h"
 
 PG_FUNCTION_INFO_V1(tsm_move);
 PG_FUNCTION_INFO_V1(tsm_wait);
 PG_FUNCTION_INFO_V1(tsm_cancel);
 PG_FUNCTION_INFO_V1(tsm_set_rate);
 PG_FUNCTION_INFO_V1(tsm_job_progress);
+PG_FUNCTION_INFO_V1(tsm_queue_note_sql);
 
 /* Poll interval of tsmove.wait(). */
 #define TSM_WAIT_POLL_MS 20
+/* Longest timeout tsmove.wait() accepts: 100 years, in seconds. */
+#define TSM_WAIT_MAX_SECONDS (100.0 * 365.25 * 86400.0)
 
-/*
- * Read and write the job table as the bootstrap superuser.  An error in
- * between is fine: transaction abort restores the user id.
- */
-void
-tsm_run_as_superuser_begin(Oid *save_userid, int *save_sec)
-{
-	GetUserIdAndSecContext(save_userid, save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   *save_sec | SECURITY_LOCAL_USERID_CHANGE);
-}
-
-void
-tsm_run_as_superuser_end(Oid save_userid, int save_sec)
-{
-	SetUserIdAndSecContext(save_userid, save_sec);
-}
-
-/*
- * Run one UPDATE of tsmove.job as the superuser, in the current
- * transaction; returns the number of rows it changed.  nulls as for
- * SPI_execute_with_args (NULL: no argument is null).
- */
-uint64
-tsm_job_table_update(const char *sql, int nargs, Oid *argtypes,
-					 Datum *values, const char *nulls)
-{
-	Oid			save_userid;
-	int			save_sec;
-	uint64		processed;
-
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args(sql, nargs, argtypes, values, nulls,
-							  false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update tsmove.job");
-	processed = SPI_processed;
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
-	return processed;
-}
+/* Whether this transaction submitted a job (see tsm_submit_xact_callback). */
+static bool submitted_in_xact = false;
+static bool submit_callback_registered = false;
 
 /*
  * tsm_check_movable
@@ -197,6 +162,34 @@ tsm_check_movable(Relation rel, Oid target_spc)
 				 errhint("Choose another tablespace.")));
 }
 
+/*
+ * tsm_check_move_privileges
+ *		Error out unless role may move relid to target_spc: it owns the
+ *		relation and may create in the tablespace, as for SET TABLESPACE.
+ *
+ * Needs no lock on the relation: move() calls it before taking any, so a
+ * role cannot even lock a relation it does not own; the worker calls it
+ * again, for the submitting role, when the job starts.
+ */
+void
+tsm_check_move_privileges(Oid relid, const char *relname, Oid target_spc,
+						  Oid role)
+{
+	if (!pg_class_ownercheck(relid, role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of relation \"%s\" to move it", relname),
+				 errhint("Ask its owner or a superuser to run tsmove.move().")));
+	if (target_spc != MyDatabaseTableSpace &&
+		pg_tablespace_aclcheck(target_spc, role, ACL_CREATE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for tablespace \"%s\"",
+						get_tablespace_name(target_spc)),
+				 errhint("Ask a superuser to GRANT CREATE ON TABLESPACE %s.",
+						 quote_identifier(get_tablespace_name(target_spc)))));
+}
+
 /* Server-wide conditions of an online move; errors out if one is unmet. */
 static void
 tsm_check_server_can_move(bool online)
@@ -230,7 +223,12 @@ tsm_rate_argument(FunctionCallInfo fcinfo, int argno)
 		return tsm_max_rate_mb;
 	rate = DatumGetFloat8(DirectFunctionCall1(numeric_float8,
 											  PG_GETARG_DATUM(argno)));
-	if (rate < 0 || isnan(rate))
+	if (isnan(rate) || isinf(rate))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_rate_mb must be a finite number"),
+				 errhint("Give a rate in MB per second, or 0 for no throttle.")));
+	if (rate < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_rate_mb must not be negative"),
@@ -238,192 +236,98 @@ tsm_rate_argument(FunctionCallInfo fcinfo, int argno)
 	return rate;
 }
 
-/* Find the slot running (or about to run) a job; caller holds the lock. */
-static TsmWorkerSlot *
-tsm_find_slot_for_job(Oid dbid, int64 job_id)
+/* The slot running a job of this database, or NULL; caller holds the lock. */
+TsmWorkerSlot *
+tsm_find_slot_for_job(int64 job_id)
 {
 	for (int i = 0; i < tsm_shared->nslots; i++)
 	{
 		TsmWorkerSlot *slot = &tsm_shared->slots[i];
 
-		if (slot->in_use && slot->dbid == dbid && slot->job_id == job_id)
+		if (slot->in_use && slot->dbid == MyDatabaseId && slot->job_id == job_id)
 			return slot;
 	}
 	return NULL;
 }
 
-/* Error out if a job row for relid is not finished yet. */
+/* Error out if a job for relid has not ended yet. */
 static void
 tsm_check_no_active_job(Oid relid, const char *relname)
 {
-	Oid			save_userid;
-	int			save_sec;
-	Datum		arg = ObjectIdGetDatum(relid);
-	Oid			argtype = OIDOID;
+	int64		job_id = tsm_jobrec_active_job(relid);
 
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT job_id FROM tsmove.job WHERE relid = $1 "
-							  "AND state NOT IN ('done', 'failed', 'cancelled')",
-							  1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read tsmove.job");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		int64		job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-														 SPI_tuptable->tupdesc,
-														 1, &isnull));
-
+	if (job_id != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("relation \"%s\" is already being moved by job %lld",
 						relname, (long long) job_id),
 				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
 						 (long long) job_id, (long long) job_id)));
-	}
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
 }
 
-/* Insert a job row and return its id.  Runs in the caller's transaction. */
+/*
+ * At commit of a transaction that submitted jobs, tell the launcher; a
+ * prepared one could commit after a restart with nobody told, so PREPARE
+ * is refused, as core refuses it after LISTEN or for temporary objects.
+ */
+static void
+tsm_submit_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (submitted_in_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that submitted a pg_tsmove job"),
+						 errdetail("Nothing would start the job when the prepared transaction commits."),
+						 errhint("Call tsmove.move() in a transaction that is committed directly.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			if (submitted_in_xact)
+				tsm_mark_database_pending(MyDatabaseId, false);
+			submitted_in_xact = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			submitted_in_xact = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+tsm_note_submission(void)
+{
+	if (!submit_callback_registered)
+	{
+		RegisterXactCallback(tsm_submit_xact_callback, NULL);
+		submit_callback_registered = true;
+	}
+	submitted_in_xact = true;
+}
+
 static int64
 tsm_insert_job(Relation rel, Oid target_spc, bool online, double rate,
 			   int64 parent_job)
 {
-	Oid			argtypes[11] = {OIDOID, TEXTOID, CHAROID, OIDOID, OIDOID,
-	TEXTOID, OIDOID, OIDOID, FLOAT8OID, OIDOID, INT8OID};
-	Datum		values[11];
-	char		nulls[11];
-	Oid			save_userid;
-	int			save_sec;
-	bool		isnull;
-	int64		job_id;
-	Oid			source_spc = OidIsValid(rel->rd_rel->reltablespace) ?
+	TsmNewJob	job;
+
+	job.relid = RelationGetRelid(rel);
+	job.relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+											 RelationGetRelationName(rel));
+	job.relkind = rel->rd_rel->relkind;
+	job.owner = rel->rd_rel->relowner;
+	job.submitted_by = GetUserId();
+	job.online = online;
+	job.source_spc = OidIsValid(rel->rd_rel->reltablespace) ?
 		rel->rd_rel->reltablespace : MyDatabaseTableSpace;
-
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = ObjectIdGetDatum(RelationGetRelid(rel));
-	values[1] = CStringGetTextDatum(quote_qualified_identifier(
-							   get_namespace_name(RelationGetNamespace(rel)),
-							   RelationGetRelationName(rel)));
-	values[2] = CharGetDatum(rel->rd_rel->relkind);
-	values[3] = ObjectIdGetDatum(rel->rd_rel->relowner);
-	values[4] = ObjectIdGetDatum(GetUserId());
-	values[5] = CStringGetTextDatum(online ? "online" : "quiesce");
-	values[6] = ObjectIdGetDatum(source_spc);
-	values[7] = ObjectIdGetDatum(target_spc);
-	values[8] = Float8GetDatum(rate);
-	values[9] = ObjectIdGetDatum(TSM_REL(TsmRelationNode(rel)));
-	values[10] = Int64GetDatum(parent_job);
-	if (parent_job == 0)
-		nulls[10] = 'n';
-
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO tsmove.job (relid, relname, relkind, owner, "
-							  "submitted_by, mode, source_tablespace, target_tablespace, "
-							  "max_rate_mb, members, old_relfilenodes, parent_job) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-							  "ARRAY[$1], ARRAY[$10], $11) RETURNING job_id",
-							  11, argtypes, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert into tsmove.job");
-	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										 SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
-	return job_id;
-}
-
-/*
- * Claim a worker slot for a chain of jobs and start its worker.  Errors out,
- * with the slot released, if the limit is reached or no background worker
- * can be registered.
- */
-static void
-tsm_start_worker(int64 job_id, Oid relid, const char *relname, double rate)
-{
-	TsmWorkerSlot *slot = NULL;
-	int			slot_index = -1;
-	int			running = 0;
-	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
-	pid_t		pid;
-
-	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < tsm_shared->nslots; i++)
-	{
-		TsmWorkerSlot *s = &tsm_shared->slots[i];
-
-		if (!s->in_use)
-		{
-			if (slot_index < 0)
-				slot_index = i;
-			continue;
-		}
-		running++;
-		if (s->dbid == MyDatabaseId && s->relid == relid)
-		{
-			int64		other = s->job_id;
-
-			LWLockRelease(tsm_shared->lock);
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg("relation \"%s\" is already being moved by job %lld",
-							relname, (long long) other),
-					 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
-							 (long long) other, (long long) other)));
-		}
-	}
-	if (running >= tsm_max_workers || slot_index < 0)
-	{
-		LWLockRelease(tsm_shared->lock);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("too many moves running (pg_tsmove.max_workers = %d)",
-						tsm_max_workers),
-				 errhint("Wait for a move to finish, or raise pg_tsmove.max_workers (and max_worker_processes).")));
-	}
-	slot = &tsm_shared->slots[slot_index];
-	memset(slot, 0, sizeof(*slot));
-	slot->in_use = true;
-	slot->dbid = MyDatabaseId;
-	slot->chain_head = job_id;
-	slot->job_id = job_id;
-	slot->relid = relid;
-	slot->user_id = GetUserId();
-	slot->submit_xid = GetTopTransactionId();
-	slot->max_rate_mb = rate;
-	slot->state = TSM_QUEUED;
-	slot->switch_ms = -1;
-	LWLockRelease(tsm_shared->lock);
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	strlcpy(worker.bgw_library_name, "pg_tsmove", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "tsm_worker_main", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_tsmove worker for job %lld",
-			 (long long) job_id);
-	strlcpy(worker.bgw_type, "pg_tsmove worker", BGW_MAXLEN);
-	worker.bgw_main_arg = Int32GetDatum(slot_index);
-	worker.bgw_notify_pid = MyProcPid;
-
-	/*
-	 * Wait until the worker runs (it then waits for this transaction), so
-	 * that a worker the postmaster could not start never holds the slot.
-	 */
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle) ||
-		WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
-	{
-		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-		slot->in_use = false;
-		LWLockRelease(tsm_shared->lock);
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("could not start a pg_tsmove worker"),
-				 errhint("You may need to increase max_worker_processes.")));
-	}
+	job.target_spc = target_spc;
+	job.max_rate_mb = rate;
+	job.relfilenode = TSM_REL(TsmRelationNode(rel));
+	job.parent_job = parent_job;
+	return tsm_jobrec_insert(&job);
 }
 
 /*
@@ -431,9 +335,10 @@ tsm_start_worker(int64 job_id, Oid relid, const char *relname, double rate)
  *			   max_rate_mb numeric DEFAULT NULL, with_indexes bool DEFAULT false)
  *	  RETURNS bigint
  *
- * Validates, records the job(s) and starts the worker; returns the job id
- * of rel at once.  Takes AccessShareLock on rel (and on its indexes with
- * with_indexes) until the end of the caller's transaction.
+ * Validates and queues the job(s); returns the job id of rel at once.  The
+ * move starts when the caller's transaction commits and a worker is free.
+ * Takes AccessShareLock on rel (and on its indexes with with_indexes), only
+ * after checking that the caller owns it, until the end of the transaction.
  */
 Datum
 tsm_move(PG_FUNCTION_ARGS)
@@ -449,6 +354,7 @@ tsm_move(PG_FUNCTION_ARGS)
 	int64		job_id;
 	List	   *indexes = NIL;
 	ListCell   *lc;
+	char	   *relname;
 
 	tsm_require_preload();
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -480,28 +386,25 @@ tsm_move(PG_FUNCTION_ARGS)
 				 errmsg("tablespace \"%s\" does not exist", target),
 				 errhint("List tablespaces with \\db or SELECT spcname FROM pg_tablespace.")));
 
+	/* privileges first: no lock on a relation the caller does not own */
+	relname = get_rel_name(relid);
+	if (relname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", relid),
+				 errhint("It may have been dropped concurrently.")));
+	tsm_check_move_privileges(relid, relname, target_spc, GetUserId());
+
 	rel = try_relation_open(relid, AccessShareLock);
 	if (rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("relation with OID %u does not exist", relid),
 				 errhint("It may have been dropped concurrently.")));
+	/* ownership may have changed while we waited for the lock */
+	tsm_check_move_privileges(relid, RelationGetRelationName(rel), target_spc,
+							  GetUserId());
 	tsm_check_movable(rel, target_spc);
-
-	if (!pg_class_ownercheck(relid, GetUserId()))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of relation \"%s\" to move it",
-						RelationGetRelationName(rel)),
-				 errhint("Ask its owner or a superuser to run tsmove.move().")));
-	if (target_spc != MyDatabaseTableSpace &&
-		pg_tablespace_aclcheck(target_spc, GetUserId(), ACL_CREATE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for tablespace \"%s\"", target),
-				 errhint("Ask a superuser to GRANT CREATE ON TABLESPACE %s.",
-						 quote_identifier(target))));
-
 	tsm_check_no_active_job(relid, RelationGetRelationName(rel));
 
 	/* The indexes to move after the table: those not yet in the target. */
@@ -533,84 +436,10 @@ tsm_move(PG_FUNCTION_ARGS)
 		tsm_insert_job(index, target_spc, online, rate, job_id);
 		index_close(index, NoLock);
 	}
-	tsm_start_worker(job_id, relid, RelationGetRelationName(rel), rate);
 	relation_close(rel, NoLock);
+	tsm_note_submission();
 
 	PG_RETURN_INT64(job_id);
-}
-
-/*
- * The state of a job as committed now, whatever the caller's isolation
- * level; NULL if there is no such job.  Also returns its submitter.
- */
-static char *
-tsm_read_job_state(int64 job_id, Oid *submitted_by)
-{
-	Oid			save_userid;
-	int			save_sec;
-	Datum		arg = Int64GetDatum(job_id);
-	Oid			argtype = INT8OID;
-	char	   *state = NULL;
-
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute_with_args("SELECT state, submitted_by FROM tsmove.job WHERE job_id = $1",
-							  1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read tsmove.job");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		MemoryContext spi_cxt = MemoryContextSwitchTo(CurTransactionContext);
-
-		state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		MemoryContextSwitchTo(spi_cxt);
-		if (submitted_by)
-			*submitted_by = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc,
-														   2, &isnull));
-	}
-	PopActiveSnapshot();
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
-	return state;
-}
-
-/*
- * Update a job row's state (and error) as the superuser, in the current
- * transaction.  Final states also stamp finished_at.
- */
-void
-tsm_job_update_state(int64 job_id, TsmJobState state, const char *error)
-{
-	Oid			argtypes[3] = {INT8OID, TEXTOID, TEXTOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-
-	values[0] = Int64GetDatum(job_id);
-	values[1] = CStringGetTextDatum(tsm_state_name(state));
-	if (error)
-		values[2] = CStringGetTextDatum(error);
-	else
-		nulls[2] = 'n';
-
-	(void) tsm_job_table_update("UPDATE tsmove.job SET state = $2, "
-								"error = coalesce($3, error), "
-								"finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
-								"THEN pg_catalog.clock_timestamp() END "
-								"WHERE job_id = $1",
-								3, argtypes, values, nulls);
-}
-
-/* Error out unless the current user may control the job. */
-static void
-tsm_check_job_privilege(int64 job_id, Oid submitted_by)
-{
-	if (!has_privs_of_role(GetUserId(), submitted_by))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for job %lld", (long long) job_id),
-				 errhint("Only the role that submitted the move, or a superuser, can control it.")));
 }
 
 static void
@@ -620,6 +449,52 @@ tsm_no_such_job(int64 job_id)
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
 			 errmsg("job %lld does not exist", (long long) job_id),
 			 errhint("List jobs with SELECT * FROM tsmove.jobs.")));
+}
+
+/*
+ * Read a job and check the caller's right to it: to see it (submitter,
+ * relation owner, pg_monitor) or, with control, to steer it (submitter,
+ * relation owner).  Superusers pass both.
+ */
+static void
+tsm_read_job_checked(int64 job_id, bool control, TsmJobInfo *info)
+{
+	Oid			user = GetUserId();
+	bool		allowed;
+
+	if (!tsm_jobrec_read(job_id, true, info))
+		tsm_no_such_job(job_id);
+	allowed = has_privs_of_role(user, info->submitted_by) ||
+		has_privs_of_role(user, info->owner) ||
+		(!control && has_privs_of_role(user, ROLE_PG_MONITOR));
+	if (!allowed)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for job %lld", (long long) job_id),
+				 errhint(control ?
+						 "Only the role that submitted the move, the relation's owner, or a superuser can control it." :
+						 "Only the role that submitted the move, the relation's owner, members of pg_monitor, or a superuser can see it.")));
+}
+
+/* The deadline of tsmove.wait()'s timeout argument, checked. */
+static TimestampTz
+tsm_wait_deadline(Interval *timeout)
+{
+	double		seconds = DatumGetFloat8(DirectFunctionCall2(interval_part,
+															 CStringGetTextDatum("epoch"),
+															 IntervalPGetDatum(timeout)));
+
+	if (seconds < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative"),
+				 errhint("Give a timeout such as '10 minutes', or NULL to wait without one.")));
+	if (seconds > TSM_WAIT_MAX_SECONDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be at most 100 years"),
+				 errhint("Give a shorter timeout, or NULL to wait without one.")));
+	return GetCurrentTimestamp() + (TimestampTz) (seconds * USECS_PER_SEC);
 }
 
 /*
@@ -633,7 +508,7 @@ tsm_wait(PG_FUNCTION_ARGS)
 {
 	int64		job_id;
 	TimestampTz deadline = 0;
-	char	   *state = NULL;
+	TsmJobInfo	info;
 
 	tsm_require_preload();
 	if (PG_ARGISNULL(0))
@@ -643,140 +518,106 @@ tsm_wait(PG_FUNCTION_ARGS)
 				 errhint("Pass the job id that tsmove.move() returned.")));
 	job_id = PG_GETARG_INT64(0);
 	if (!PG_ARGISNULL(1))
-	{
-		Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+		deadline = tsm_wait_deadline(PG_GETARG_INTERVAL_P(1));
 
-		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														   TimestampTzGetDatum(GetCurrentTimestamp()),
-														   IntervalPGetDatum(timeout)));
-	}
+	tsm_read_job_checked(job_id, false, &info);
+	if (info.submitted_here)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("cannot wait for job %lld in the transaction that submitted it",
+						(long long) job_id),
+				 errdetail("The move starts only when the transaction that called tsmove.move() commits."),
+				 errhint("Commit first, then call tsmove.wait().")));
 
 	for (;;)
 	{
-		TsmWorkerSlot *slot;
-		TransactionId submit_xid = InvalidTransactionId;
-		TsmJobState live_state = TSM_QUEUED;
-
-		LWLockAcquire(tsm_shared->lock, LW_SHARED);
-		slot = tsm_find_slot_for_job(MyDatabaseId, job_id);
-		if (slot)
-		{
-			submit_xid = slot->submit_xid;
-			live_state = slot->state;
-		}
-		LWLockRelease(tsm_shared->lock);
-
-		if (TransactionIdIsValid(submit_xid) &&
-			TransactionIdIsCurrentTransactionId(submit_xid))
-			ereport(ERROR,
-					(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-					 errmsg("cannot wait for job %lld in the transaction that submitted it",
-							(long long) job_id),
-					 errdetail("The move starts only when the transaction that called tsmove.move() commits."),
-					 errhint("Commit first, then call tsmove.wait().")));
-
-		if (state)
-			pfree(state);
-		state = tsm_read_job_state(job_id, NULL);
-		if (state == NULL)
-			tsm_no_such_job(job_id);
-		if (tsm_state_is_final(tsm_state_from_name(state)))
+		if (tsm_state_is_final(info.state))
 			break;
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 		{
 			/* the row lags behind a running job: report the live state */
+			TsmWorkerSlot *slot;
+
+			LWLockAcquire(tsm_shared->lock, LW_SHARED);
+			slot = tsm_find_slot_for_job(job_id);
 			if (slot)
-				state = pstrdup(tsm_state_name(live_state));
+				info.state = slot->progress.state;
+			LWLockRelease(tsm_shared->lock);
 			break;
 		}
-
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 TSM_WAIT_POLL_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		if (!tsm_jobrec_read(job_id, true, &info))
+			tsm_no_such_job(job_id);
 	}
-	PG_RETURN_TEXT_P(cstring_to_text(state));
+	PG_RETURN_TEXT_P(cstring_to_text(tsm_state_name(info.state)));
 }
 
 /*
  * tsmove.cancel(job bigint) RETURNS boolean
  *
- * Asks the job's worker to stop; the worker removes the new files and marks
- * the job cancelled.  A job still queued behind its chain, and the index
- * jobs queued behind this one, are marked cancelled at once.  Returns false
+ * A queued job, and the jobs queued behind it, are cancelled at once; a
+ * running job is asked to stop, and its worker removes the new files and
+ * marks it cancelled (the jobs queued behind it with it).  Returns false
  * if the job had already ended.
  */
 Datum
 tsm_cancel(PG_FUNCTION_ARGS)
 {
 	int64		job_id = PG_GETARG_INT64(0);
-	Oid			submitted_by;
-	char	   *state;
+	TsmJobInfo	info;
 	TsmWorkerSlot *slot;
 	bool		signalled = false;
-	Oid			argtype = INT8OID;
-	Datum		arg = Int64GetDatum(job_id);
 
 	tsm_require_preload();
-	state = tsm_read_job_state(job_id, &submitted_by);
-	if (state == NULL)
-		tsm_no_such_job(job_id);
-	tsm_check_job_privilege(job_id, submitted_by);
-	if (tsm_state_is_final(tsm_state_from_name(state)))
+	tsm_read_job_checked(job_id, true, &info);
+	if (tsm_state_is_final(info.state))
 		PG_RETURN_BOOL(false);
 
+	/*
+	 * Queued first: if a worker claims the job meanwhile, this waits for the
+	 * claim's row lock, and by then the worker's slot names the job.
+	 */
+	if (tsm_jobrec_cancel_queued(job_id))
+		PG_RETURN_BOOL(true);
+
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-	slot = tsm_find_slot_for_job(MyDatabaseId, job_id);
+	slot = tsm_find_slot_for_job(job_id);
 	if (slot)
 	{
-		slot->cancel_requested = true;
+		slot->cancel_job_id = job_id;
 		if (slot->latch)
 			SetLatch(slot->latch);
 		signalled = true;
 	}
 	LWLockRelease(tsm_shared->lock);
-
-	/*
-	 * Jobs still queued, this one (behind its chain) or the index jobs
-	 * queued behind it (with_indexes), are marked cancelled here; the worker
-	 * skips them when it gets there.
-	 */
-	if (tsm_job_table_update("UPDATE tsmove.job SET state = 'cancelled', "
-							 "error = 'cancelled before it started', "
-							 "finished_at = pg_catalog.clock_timestamp() "
-							 "WHERE (job_id = $1 OR parent_job = $1) AND state = 'queued'",
-							 1, &argtype, &arg, NULL) > 0)
-		signalled = true;
 	PG_RETURN_BOOL(signalled);
 }
 
 /*
  * tsmove.set_rate(job bigint, max_rate_mb numeric) RETURNS boolean
  *
- * Changes the byte budget of a running or queued job; the worker picks it up
- * within a fraction of a second.  Returns false if the job had ended.
+ * Changes the byte budget of a running or queued job; a running worker
+ * picks it up within a fraction of a second.  Returns false if the job had
+ * ended.
  */
 Datum
 tsm_set_rate(PG_FUNCTION_ARGS)
 {
 	int64		job_id = PG_GETARG_INT64(0);
 	double		rate = tsm_rate_argument(fcinfo, 1);
-	Oid			submitted_by;
-	char	   *state;
+	TsmJobInfo	info;
 	TsmWorkerSlot *slot;
-	Oid			argtypes[2] = {INT8OID, FLOAT8OID};
-	Datum		values[2];
 
 	tsm_require_preload();
-	state = tsm_read_job_state(job_id, &submitted_by);
-	if (state == NULL)
-		tsm_no_such_job(job_id);
-	tsm_check_job_privilege(job_id, submitted_by);
-	if (tsm_state_is_final(tsm_state_from_name(state)))
+	tsm_read_job_checked(job_id, true, &info);
+	if (tsm_state_is_final(info.state))
 		PG_RETURN_BOOL(false);
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-	slot = tsm_find_slot_for_job(MyDatabaseId, job_id);
+	slot = tsm_find_slot_for_job(job_id);
 	if (slot)
 	{
 		slot->max_rate_mb = rate;
@@ -785,10 +626,7 @@ tsm_set_rate(PG_FUNCTION_ARGS)
 	}
 	LWLockRelease(tsm_shared->lock);
 
-	values[0] = Int64GetDatum(job_id);
-	values[1] = Float8GetDatum(rate);
-	(void) tsm_job_table_update("UPDATE tsmove.job SET max_rate_mb = $2 WHERE job_id = $1",
-								2, argtypes, values, NULL);
+	tsm_jobrec_set_rate(job_id, rate);
 	PG_RETURN_BOOL(true);
 }
 
@@ -814,7 +652,7 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 	{
 		TsmWorkerSlot *slot = &tsm_shared->slots[i];
 
-		if (slot->in_use && slot->dbid == MyDatabaseId)
+		if (slot->in_use && slot->dbid == MyDatabaseId && slot->job_id != 0)
 			copies[ncopies++] = *slot;
 	}
 	LWLockRelease(tsm_shared->lock);
@@ -822,6 +660,7 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 	for (int i = 0; i < ncopies; i++)
 	{
 		TsmWorkerSlot *s = &copies[i];
+		TsmProgress *p = &s->progress;
 		Datum		values[15];
 		bool		nulls[15];
 
@@ -829,22 +668,38 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 		values[0] = Int64GetDatum(s->job_id);
 		values[1] = Int32GetDatum(s->pid);
 		nulls[1] = (s->pid == 0);
-		values[2] = CStringGetTextDatum(tsm_state_name(s->state));
-		values[3] = Int64GetDatum(s->blocks_total);
-		values[4] = Int64GetDatum(s->blocks_copied);
-		values[5] = Int64GetDatum(s->blocks_recopied);
-		values[6] = Int64GetDatum(s->dirty_backlog);
-		values[7] = Int64GetDatum(s->bytes_written);
-		values[8] = Int64GetDatum(s->wal_bytes);
-		values[9] = Float8GetDatum(s->rate_mb_s);
+		values[2] = CStringGetTextDatum(tsm_state_name(p->state));
+		values[3] = Int64GetDatum(p->blocks_total);
+		values[4] = Int64GetDatum(p->blocks_copied);
+		values[5] = Int64GetDatum(p->blocks_recopied);
+		values[6] = Int64GetDatum(p->dirty_backlog);
+		values[7] = Int64GetDatum(p->bytes_written);
+		values[8] = Int64GetDatum(p->wal_bytes);
+		values[9] = Float8GetDatum(p->rate_mb_s);
 		values[10] = Float8GetDatum(s->max_rate_mb);
-		values[11] = Int32GetDatum(s->switch_attempts);
-		values[12] = Float8GetDatum(s->lock_wait_ms);
-		values[13] = Float8GetDatum(s->switch_ms);
-		nulls[13] = (s->switch_ms < 0);
-		values[14] = CStringGetTextDatum(s->note);
-		nulls[14] = (s->note[0] == '\0');
+		values[11] = Int32GetDatum(p->switch_attempts);
+		values[12] = Float8GetDatum(p->lock_wait_ms);
+		values[13] = Float8GetDatum(p->switch_ms);
+		nulls[13] = (p->switch_ms < 0);
+		values[14] = CStringGetTextDatum(p->note);
+		nulls[14] = (p->note[0] == '\0');
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * tsmove.queue_note() RETURNS text
+ *
+ * Why this database's queued jobs wait, in words; tsmove.jobs shows it for
+ * queued jobs.
+ */
+Datum
+tsm_queue_note_sql(PG_FUNCTION_ARGS)
+{
+	char		note[TSM_NOTE_LEN];
+
+	tsm_require_preload();
+	tsm_queue_note(MyDatabaseId, note, sizeof(note));
+	PG_RETURN_TEXT_P(cstring_to_text(note));
 }

@@ -1,32 +1,47 @@
 /*-------------------------------------------------------------------------
  *
  * launcher.c
- *	  Start-up recovery: finish off the jobs a crash (or an immediate
- *	  shutdown) left half-way, so that no new file is ever orphaned.
+ *	  The launcher: it runs the queue, and cleans up after crashes.
  *
  * The launcher is a static background worker registered by _PG_init.  It
  * starts whenever the server accepts connections, including after crash
  * recovery (a worker with a restart interval is restarted after a crash;
- * one that exited with status 0 would be forgotten, so it stays alive,
- * asleep, until shutdown).  It reads pg_database (it connects to no
- * database) and starts, one at a time, a recovery worker in each database
- * that allows connections.  The recovery worker does nothing where
- * pg_tsmove is not installed; elsewhere, for every job row not in a final
- * state and not run by a live worker slot:
+ * one that exited with status 0 would be forgotten, so it stays alive until
+ * shutdown).  It connects to no database.
+ *
+ * Recovery.  At start-up it runs, one database at a time, a recovery
+ * worker in every database that allows connections; later, one in any
+ * database where a worker died inside a job.  The recovery worker does
+ * nothing where pg_tsmove is not installed; elsewhere, for every job that
+ * started, has not ended and is not run by a live worker:
  *	- if the switch committed (row says 'warming', or pg_class already
- *	  points at the new relfilenode) the job is marked done;
+ *	  points at a new relfilenode) the job is marked done;
  *	- otherwise the new relfilenodes recorded in the row are dropped with
  *	  RelationDropStorage (WAL replay recreated whatever the dead worker had
  *	  written; the commit record removes it, on standbys too) and the job is
- *	  marked failed.
+ *	  marked failed, with the jobs chained behind it.
+ * Then, if the database has queued jobs, it marks the database pending.
  *
- * Locks: the recovery worker takes no relation locks; it never drops a
- * relfilenode that pg_class maps, and shared slots are read under the
- * shared lock.
+ * The queue.  A database is pending when it may have queued jobs that no
+ * worker runs: tsmove.move() marks it at commit, a worker that claimed a
+ * job and saw more marks it, and so does a worker that stops before its
+ * queue is empty (with a back-off, so that a database whose workers cannot
+ * connect is retried, slowly, not in a loop).  While fewer than
+ * pg_tsmove.max_workers workers run, the launcher takes a free slot,
+ * starts a worker in the oldest pending database and clears the mark; the
+ * worker frees the slot when it exits, which wakes the launcher
+ * (bgw_notify_pid).  A registered worker that never ran frees nothing, so
+ * the launcher keeps the handles of the workers it starts and frees such
+ * slots itself.
+ *
+ * Locks: TsmShared->lock, as pg_tsmove.h says.  The recovery worker takes
+ * no relation locks; it never drops a relfilenode that pg_class maps.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <signal.h>
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -34,11 +49,8 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
-#include "catalog/pg_type.h"
 #include "commands/extension.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -46,16 +58,33 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/relfilenodemap.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
+#include "jobrecord.h"
 #include "move.h"
 
 /* Seconds before the postmaster restarts a launcher that died. */
 #define TSM_LAUNCHER_RESTART_S 5
+/* Longest sleep of the launcher when nothing wakes it. */
+#define TSM_LAUNCHER_NAP_MS 10000
+/* Longest back-off before a database whose worker failed is retried. */
+#define TSM_MAX_BACKOFF_S 60
+/* A slot whose worker has not run after this long was never started. */
+#define TSM_STALE_SLOT_MS 10000
+
+/* A worker this launcher started, to notice one that never ran. */
+typedef struct LaunchedWorker
+{
+	int			slot_index;
+	TimestampTz launched_at;
+	BackgroundWorkerHandle *handle;
+} LaunchedWorker;
+
+static List *launched_workers = NIL;
 
 void
 tsm_register_launcher(void)
@@ -72,6 +101,166 @@ tsm_register_launcher(void)
 	strlcpy(worker.bgw_type, "pg_tsmove launcher", BGW_MAXLEN);
 	RegisterBackgroundWorker(&worker);
 }
+
+/* ---- the pending-database table (caller holds TsmShared->lock) ---- */
+
+/* The entry of dbid, created if create; NULL if absent or the table is full. */
+static TsmPendingDb *
+pending_entry(Oid dbid, bool create)
+{
+	TsmPendingDb *free_entry = NULL;
+
+	for (int i = 0; i < TSM_MAX_PENDING_DBS; i++)
+	{
+		TsmPendingDb *e = &tsm_shared->pending[i];
+
+		if (e->dbid == dbid)
+			return e;
+		if (!OidIsValid(e->dbid) && free_entry == NULL)
+			free_entry = e;
+	}
+	if (!create)
+		return NULL;
+	if (free_entry == NULL)
+	{
+		tsm_shared->pending_overflow = true;
+		return NULL;
+	}
+	memset(free_entry, 0, sizeof(*free_entry));
+	free_entry->dbid = dbid;
+	return free_entry;
+}
+
+/* Try again later: each failure doubles the wait, up to a minute. */
+static void
+pending_entry_back_off(TsmPendingDb *e, const char *note)
+{
+	int			backoff_s = 1 << Min(++e->failed_starts, 6);
+
+	e->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												Min(backoff_s, TSM_MAX_BACKOFF_S) * 1000);
+	strlcpy(e->note, note, sizeof(e->note));
+}
+
+static void
+pending_entry_forget_if_idle(TsmPendingDb *e)
+{
+	if (!e->pending && !e->needs_recovery && e->note[0] == '\0')
+		e->dbid = InvalidOid;
+}
+
+static void
+wake_launcher(void)
+{
+	Latch	   *latch;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	latch = tsm_shared->launcher_latch;
+	LWLockRelease(tsm_shared->lock);
+	if (latch)
+		SetLatch(latch);
+}
+
+/*
+ * Mark a database pending: it may have queued jobs without a worker, or
+ * (needs_recovery) a job whose worker died.  Called at commit of a
+ * transaction that submitted jobs, by workers and by the recovery pass.
+ */
+void
+tsm_mark_database_pending(Oid dbid, bool needs_recovery)
+{
+	TsmPendingDb *e;
+
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	e = pending_entry(dbid, true);
+	if (e)
+	{
+		e->pending = true;
+		e->needs_recovery |= needs_recovery;
+	}
+	LWLockRelease(tsm_shared->lock);
+	wake_launcher();
+}
+
+/*
+ * A worker of dbid exited (tsm_release_slot).  If its queue was not empty,
+ * the database needs another worker, after a back-off; if it died inside
+ * a job, a recovery pass.
+ */
+void
+tsm_worker_exited(Oid dbid, bool queue_empty, bool died_in_job)
+{
+	TsmPendingDb *e;
+
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	e = pending_entry(dbid, !queue_empty || died_in_job);
+	if (e && !queue_empty)
+	{
+		e->pending = true;
+		pending_entry_back_off(e, "a worker stopped before the queue was empty; "
+							   "retrying, see the server log");
+	}
+	else if (e)
+	{
+		e->failed_starts = 0;
+		e->note[0] = '\0';
+	}
+	if (e && died_in_job)
+		e->needs_recovery = true;
+	if (e)
+		pending_entry_forget_if_idle(e);
+	LWLockRelease(tsm_shared->lock);
+	wake_launcher();
+}
+
+/* Number of running workers; caller holds the lock. */
+static int
+running_workers_locked(void)
+{
+	int			running = 0;
+
+	for (int i = 0; i < tsm_shared->nslots; i++)
+		if (tsm_shared->slots[i].in_use)
+			running++;
+	return running;
+}
+
+int
+tsm_running_workers(void)
+{
+	int			running;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	running = running_workers_locked();
+	LWLockRelease(tsm_shared->lock);
+	return running;
+}
+
+/* Why the queued jobs of dbid wait, in words, for tsmove.jobs. */
+void
+tsm_queue_note(Oid dbid, char *note, Size len)
+{
+	TsmPendingDb *e;
+	int			running;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	e = pending_entry(dbid, false);
+	running = running_workers_locked();
+	if (e && e->note[0] != '\0')
+		strlcpy(note, e->note, len);
+	else if (tsm_shared->launcher_latch == NULL)
+		strlcpy(note, "waiting for the pg_tsmove launcher to start", len);
+	else if (tsm_max_workers == 0)
+		strlcpy(note, "pg_tsmove.max_workers is 0: no job starts", len);
+	else if (running >= tsm_max_workers)
+		snprintf(note, len, "waiting for a free worker (%d of pg_tsmove.max_workers = %d running)",
+				 running, tsm_max_workers);
+	else
+		strlcpy(note, "waiting for its worker to start", len);
+	LWLockRelease(tsm_shared->lock);
+}
+
+/* ---- recovery ---- */
 
 /* OIDs of the databases that accept connections. */
 static List *
@@ -125,24 +314,50 @@ tsm_recover_database(Oid dbid)
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
-		ereport(WARNING,
-				(errmsg("pg_tsmove could not start the recovery of database %u", dbid),
-				 errhint("You may need to increase max_worker_processes.")));
+		TsmPendingDb *e;
+		bool		first_failure;
+
+		/* try again later, and say so once */
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		e = pending_entry(dbid, true);
+		first_failure = (e == NULL || e->failed_starts == 0);
+		if (e)
+		{
+			e->needs_recovery = true;
+			pending_entry_back_off(e, "no background worker slot is free for the "
+								   "recovery pass: raise max_worker_processes");
+		}
+		LWLockRelease(tsm_shared->lock);
+		if (first_failure)
+			ereport(WARNING,
+					(errmsg("pg_tsmove could not start the recovery of database %u", dbid),
+					 errhint("You may need to increase max_worker_processes.")));
 		return;
 	}
 	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_STARTED)
+	{
+		TsmPendingDb *e;
+
 		(void) WaitForBackgroundWorkerShutdown(handle);
+		/* workers start again: forget earlier failures to start one */
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		e = pending_entry(dbid, false);
+		if (e)
+		{
+			e->failed_starts = 0;
+			e->note[0] = '\0';
+			pending_entry_forget_if_idle(e);
+		}
+		LWLockRelease(tsm_shared->lock);
+	}
+	pfree(handle);
 }
 
-void
-tsm_launcher_main(Datum main_arg)
+/* Recovery of every database, at start-up and when pending[] overflowed. */
+static void
+tsm_recover_all_databases(void)
 {
 	ListCell   *lc;
-
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	foreach(lc, tsm_database_list())
 	{
@@ -150,12 +365,288 @@ tsm_launcher_main(Datum main_arg)
 			proc_exit(0);
 		tsm_recover_database(lfirst_oid(lc));
 	}
+}
 
-	/* Stay, so that the postmaster restarts the launcher after a crash. */
+/*
+ * Recovery of the databases flagged for it (a worker died inside a job, or
+ * the recovery could not start), each at most once per call.
+ */
+static void
+tsm_recover_flagged_databases(void)
+{
+	Oid			dbids[TSM_MAX_PENDING_DBS];
+	int			ndbids = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < TSM_MAX_PENDING_DBS; i++)
+	{
+		TsmPendingDb *e = &tsm_shared->pending[i];
+
+		if (OidIsValid(e->dbid) && e->needs_recovery && e->not_before <= now)
+		{
+			dbids[ndbids++] = e->dbid;
+			e->needs_recovery = false;
+			pending_entry_forget_if_idle(e);
+		}
+	}
+	LWLockRelease(tsm_shared->lock);
+	for (int i = 0; i < ndbids; i++)
+		tsm_recover_database(dbids[i]);
+}
+
+/* How long the launcher may sleep before a back-off ends. */
+static long
+tsm_launcher_nap_ms(void)
+{
+	long		nap_ms = TSM_LAUNCHER_NAP_MS;
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < TSM_MAX_PENDING_DBS; i++)
+	{
+		TsmPendingDb *e = &tsm_shared->pending[i];
+
+		if (OidIsValid(e->dbid) && (e->pending || e->needs_recovery) &&
+			e->not_before > now)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(now, e->not_before, &secs, &usecs);
+			nap_ms = Min(nap_ms, secs * 1000 + usecs / 1000 + 1);
+		}
+	}
+	LWLockRelease(tsm_shared->lock);
+	return nap_ms;
+}
+
+/* ---- dispatching ---- */
+
+static bool
+tsm_database_exists(Oid dbid)
+{
+	return list_member_oid(tsm_database_list(), dbid);
+}
+
+/*
+ * Start a worker in dbid in a free slot.  Returns false, with the slot
+ * free again, if no background worker could be registered.
+ */
+static bool
+tsm_start_worker(Oid dbid, int slot_index)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	LaunchedWorker *launched;
+	MemoryContext oldcxt;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "pg_tsmove", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "tsm_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_tsmove worker in database %u", dbid);
+	strlcpy(worker.bgw_type, "pg_tsmove worker", BGW_MAXLEN);
+	worker.bgw_main_arg = Int32GetDatum(slot_index);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		return false;
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	launched = palloc(sizeof(LaunchedWorker));
+	launched->slot_index = slot_index;
+	launched->launched_at = tsm_shared->slots[slot_index].launched_at;
+	launched->handle = handle;
+	launched_workers = lappend(launched_workers, launched);
+	MemoryContextSwitchTo(oldcxt);
+	return true;
+}
+
+/*
+ * Start workers for pending databases while slots and pg_tsmove.max_workers
+ * allow.
+ */
+static void
+tsm_dispatch(void)
+{
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		TsmPendingDb *chosen = NULL;
+		Oid			dbid;
+		int			slot_index = -1;
+
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < TSM_MAX_PENDING_DBS; i++)
+		{
+			TsmPendingDb *e = &tsm_shared->pending[i];
+
+			if (!OidIsValid(e->dbid) || !e->pending)
+				continue;
+			if (e->not_before > now)
+				continue;
+			chosen = e;
+			break;
+		}
+		if (chosen != NULL && running_workers_locked() < tsm_max_workers)
+		{
+			for (int i = 0; i < tsm_shared->nslots && slot_index < 0; i++)
+				if (!tsm_shared->slots[i].in_use)
+					slot_index = i;
+		}
+		if (slot_index < 0)
+		{
+			LWLockRelease(tsm_shared->lock);
+			return;
+		}
+
+		dbid = chosen->dbid;
+		chosen->pending = false;
+		{
+			TsmWorkerSlot *slot = &tsm_shared->slots[slot_index];
+
+			memset(slot, 0, sizeof(*slot));
+			slot->in_use = true;
+			slot->dbid = dbid;
+			slot->launched_at = now;
+			slot->progress.switch_ms = -1;
+		}
+		LWLockRelease(tsm_shared->lock);
+
+		if (!tsm_database_exists(dbid))
+		{
+			LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+			tsm_shared->slots[slot_index].in_use = false;
+			chosen->dbid = InvalidOid;	/* dropped: its jobs went with it */
+			LWLockRelease(tsm_shared->lock);
+			continue;
+		}
+		if (!tsm_start_worker(dbid, slot_index))
+		{
+			LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+			tsm_shared->slots[slot_index].in_use = false;
+			chosen->pending = true;
+			pending_entry_back_off(chosen, "no background worker slot is free: "
+								   "raise max_worker_processes");
+			LWLockRelease(tsm_shared->lock);
+			return;
+		}
+	}
+}
+
+/*
+ * Free the slots of workers that were registered but never ran (the
+ * postmaster could not start them), and forget workers that have stopped.
+ */
+static void
+tsm_reap_launched_workers(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, launched_workers)
+	{
+		LaunchedWorker *launched = (LaunchedWorker *) lfirst(lc);
+		pid_t		pid;
+		TsmWorkerSlot *slot = &tsm_shared->slots[launched->slot_index];
+		bool		never_ran = false;
+		Oid			dbid = InvalidOid;
+
+		if (GetBackgroundWorkerPid(launched->handle, &pid) != BGWH_STOPPED)
+			continue;
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		if (slot->in_use && slot->pid == 0 &&
+			slot->launched_at == launched->launched_at)
+		{
+			slot->in_use = false;
+			never_ran = true;
+			dbid = slot->dbid;
+		}
+		LWLockRelease(tsm_shared->lock);
+		if (never_ran)
+			tsm_worker_exited(dbid, false, false);
+		pfree(launched->handle);
+		pfree(launched);
+		launched_workers = foreach_delete_current(launched_workers, lc);
+	}
+}
+
+/*
+ * A launcher that restarts has lost the handles of the workers its
+ * predecessor started: free the slots whose worker is gone.
+ */
+static void
+tsm_free_stale_slots(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < tsm_shared->nslots; i++)
+	{
+		TsmWorkerSlot *slot = &tsm_shared->slots[i];
+
+		if (!slot->in_use)
+			continue;
+		if ((slot->pid == 0 &&
+			 TimestampDifferenceExceeds(slot->launched_at, now, TSM_STALE_SLOT_MS)) ||
+			(slot->pid != 0 && kill(slot->pid, 0) != 0 && errno == ESRCH))
+		{
+			TsmPendingDb *e = pending_entry(slot->dbid, true);
+
+			slot->in_use = false;
+			if (e)
+			{
+				e->pending = true;
+				e->needs_recovery = true;
+			}
+		}
+	}
+	LWLockRelease(tsm_shared->lock);
+}
+
+static void
+tsm_launcher_detach(int code, Datum arg)
+{
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	tsm_shared->launcher_latch = NULL;
+	LWLockRelease(tsm_shared->lock);
+}
+
+void
+tsm_launcher_main(Datum main_arg)
+{
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	before_shmem_exit(tsm_launcher_detach, 0);
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	tsm_shared->launcher_latch = MyLatch;
+	LWLockRelease(tsm_shared->lock);
+
+	tsm_free_stale_slots();
+	tsm_recover_all_databases();
+
 	while (!ShutdownRequestPending)
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
-						 PG_WAIT_EXTENSION);
+		bool		overflow;
+		long		nap_ms;
+
+		tsm_reap_launched_workers();
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		overflow = tsm_shared->pending_overflow;
+		tsm_shared->pending_overflow = false;
+		LWLockRelease(tsm_shared->lock);
+		if (overflow)
+			tsm_recover_all_databases();
+		tsm_recover_flagged_databases();
+		tsm_dispatch();
+		nap_ms = tsm_launcher_nap_ms();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 nap_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		/* absorbs procsignal barriers: DROP TABLESPACE waits for them */
 		CHECK_FOR_INTERRUPTS();
@@ -168,123 +659,87 @@ tsm_launcher_main(Datum main_arg)
 	proc_exit(0);
 }
 
-/* Whether a live worker slot runs this job or the chain it belongs to. */
+/* ---- the recovery worker ---- */
+
+/* Whether a live worker slot runs this job. */
 static bool
-tsm_job_has_worker(int64 job_id, int64 parent_job)
+tsm_job_has_worker(int64 job_id)
 {
-	bool		found = false;
+	bool		found;
 
 	LWLockAcquire(tsm_shared->lock, LW_SHARED);
-	for (int i = 0; i < tsm_shared->nslots; i++)
-	{
-		TsmWorkerSlot *s = &tsm_shared->slots[i];
-
-		if (s->in_use && s->dbid == MyDatabaseId &&
-			(s->job_id == job_id || s->chain_head == job_id ||
-			 (parent_job != 0 && s->chain_head == parent_job)))
-			found = true;
-	}
+	found = (tsm_find_slot_for_job(job_id) != NULL);
 	LWLockRelease(tsm_shared->lock);
 	return found;
 }
 
-/* Finish off one job left behind; runs in the caller's transaction. */
+/* Finish off one job left behind; runs in the recovery transaction. */
 static void
-tsm_recover_job(int64 job_id, const char *state, Oid target_spc,
-				ArrayType *new_nodes)
+tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 {
-	Datum	   *new_oids = NULL;
-	int			nnew = 0;
-	bool		switched = (strcmp(state, "warming") == 0);
+	bool		switched = (job->state == TSM_WARMING);
 
-	if (new_nodes)
-		deconstruct_array(new_nodes, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-						  &new_oids, NULL, &nnew);
+	if (tsm_job_has_worker(job->job_id))
+		return;
 
 	/*
 	 * A relfilenode pg_class maps is never dropped, whatever the row says.
 	 * If it is mapped, the switch committed (and the row's 'warming' was
 	 * lost with it only if something is badly wrong): leave the files.
 	 */
-	for (int i = 0; i < nnew && !switched; i++)
-		if (OidIsValid(RelidByRelfilenode(target_spc == MyDatabaseTableSpace ?
-										  InvalidOid : target_spc,
-										  DatumGetObjectId(new_oids[i]))))
+	for (int i = 0; i < job->nnew && !switched; i++)
+		if (OidIsValid(RelidByRelfilenode(job->target_spc == MyDatabaseTableSpace ?
+										  InvalidOid : job->target_spc,
+										  job->new_relfilenodes[i])))
 			switched = true;
 
 	if (switched)
 	{
-		tsm_job_update_state(job_id, TSM_DONE,
+		tsm_jobrec_set_state(job->job_id, TSM_DONE,
 							 "the server stopped after the switch, before warming finished");
 		ereport(LOG,
-				(errmsg("pg_tsmove: job %lld had switched when the server stopped; marked done",
-						(long long) job_id)));
+				(errmsg("pg_tsmove: job %lld had switched when its worker stopped; marked done",
+						(long long) job->job_id)));
 		return;
 	}
-	for (int i = 0; i < nnew; i++)
+	for (int i = 0; i < job->nnew; i++)
 	{
 		TsmRelFileNode node;
 
-		TSM_SPC(node) = target_spc;
+		TSM_SPC(node) = job->target_spc;
 		TSM_DB(node) = MyDatabaseId;
-		TSM_REL(node) = DatumGetObjectId(new_oids[i]);
+		TSM_REL(node) = job->new_relfilenodes[i];
 		tsm_drop_storage(node);
 	}
-	tsm_job_update_state(job_id, TSM_FAILED,
+	tsm_jobrec_set_state(job->job_id, TSM_FAILED,
 						 "interrupted by a server crash or shutdown; its new files were removed");
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld was interrupted; removed %d new relation file sets",
-					(long long) job_id, nnew)));
+					(long long) job->job_id, job->nnew)));
 }
 
 void
 tsm_recovery_main(Datum main_arg)
 {
 	Oid			dbid = DatumGetObjectId(main_arg);
-	Oid			save_userid;
-	int			save_sec;
+	bool		queued = false;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, BOOTSTRAP_SUPERUSERID, 0);
+	tsm_worker_session_settings();
 	pgstat_report_appname("pg_tsmove recovery");
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("pg_tsmove", true)))
 	{
-		SPITupleTable *jobs;
-		uint64		njobs;
-
-		tsm_run_as_superuser_begin(&save_userid, &save_sec);
-		SPI_connect();
-		if (SPI_execute("SELECT job_id, state, target_tablespace, "
-						"new_relfilenodes, coalesce(parent_job, 0) FROM tsmove.job "
-						"WHERE state NOT IN ('done', 'failed', 'cancelled') "
-						"ORDER BY job_id FOR UPDATE", false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read tsmove.job");
-		jobs = SPI_tuptable;
-		njobs = SPI_processed;
-		for (uint64 i = 0; i < njobs; i++)
-		{
-			HeapTuple	tuple = jobs->vals[i];
-			TupleDesc	desc = jobs->tupdesc;
-			bool		isnull;
-			int64		job_id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
-			char	   *state = SPI_getvalue(tuple, desc, 2);
-			Oid			target_spc = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
-			Datum		new_nodes = SPI_getbinval(tuple, desc, 4, &isnull);
-			ArrayType  *new_arr = isnull ? NULL : DatumGetArrayTypeP(new_nodes);
-			int64		parent_job = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
-
-			if (tsm_job_has_worker(job_id, parent_job))
-				continue;
-			tsm_recover_job(job_id, state, target_spc, new_arr);
-		}
-		SPI_finish();
-		tsm_run_as_superuser_end(save_userid, save_sec);
+		tsm_jobrec_foreach_unfinished(tsm_recover_job, NULL);
+		queued = tsm_jobrec_has_queued();
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	if (queued)
+		tsm_mark_database_pending(dbid, false);
 	proc_exit(0);
 }

@@ -3,7 +3,8 @@
  * move.h
  *	  The in-memory state of one running move, shared by the worker's files:
  *	  worker.c (phases, throttle), copy.c (new storage, page copies),
- *	  mirror.c (WAL reader, dirty blocks) and switch.c (the switch, warming).
+ *	  mirror.c (WAL reader, dirty blocks) and switch.c (the switch, warming);
+ *	  and the checks job.c shares with the worker.
  *
  * Only the worker process sees a TsmJob; what other backends see is
  * published to its TsmWorkerSlot by tsm_publish_progress().
@@ -59,13 +60,14 @@ typedef struct TsmJob
 	Oid			source_spc;		/* real tablespace OIDs, never 0 */
 	Oid			target_spc;
 	char	   *target_name;
+	Oid			submitted_by;	/* the worker acts as this role */
 	TsmRelFileNumber submitted_relfilenode;	/* what move() saw */
 	bool		online;			/* false: quiesce mode */
 	int			nmembers;
 	TsmMember	members[TSM_MAX_MEMBERS];
 	bool		storage_created;
-	bool		bulk_synced;	/* the bulk copy is fsynced: later writes go
-								 * through the checkpointer's sync queue */
+	bool		switch_committed;	/* the switch's commit record is written:
+									 * the new files are the relation's */
 	bool		session_locked;
 	TsmMirror	mirror;
 	BufferAccessStrategy strategy;
@@ -88,8 +90,14 @@ typedef struct TsmJob
 	int64		rate_sample_bytes;
 	double		rate_mb_s;
 	TsmJobState state;
-	char		note[160];
+	char		note[TSM_NOTE_LEN];
 } TsmJob;
+
+/* job.c */
+extern void tsm_check_movable(Relation rel, Oid target_spc);
+extern void tsm_check_move_privileges(Oid relid, const char *relname,
+									  Oid target_spc, Oid role);
+extern TsmWorkerSlot *tsm_find_slot_for_job(int64 job_id);
 
 /* worker.c */
 extern TsmWorkerSlot *tsm_my_slot;
@@ -99,6 +107,7 @@ extern void tsm_publish_progress(TsmJob *job, bool force);
 extern void tsm_set_state(TsmJob *job, TsmJobState state);
 extern int64 tsm_job_dirty_backlog(TsmJob *job);
 extern void tsm_debug_pause(TsmJob *job, const char *phase);
+extern void tsm_worker_session_settings(void);
 
 /* copy.c */
 extern void tsm_create_new_storage(TsmJob *job);
@@ -106,6 +115,7 @@ extern void tsm_drop_storage(TsmRelFileNode node);
 extern int64 tsm_copy_pending(TsmJob *job, TsmMember *m, int64 max_blocks,
 							  bool include_dirty, bool throttled);
 extern void tsm_copy_extra_forks(TsmJob *job);
+extern void tsm_sync_new_storage(TsmJob *job);
 
 /* mirror.c */
 extern bool tsm_dirty_take_next(TsmDirtySet *set, BlockNumber *blkno);

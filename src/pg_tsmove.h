@@ -3,17 +3,26 @@
  * pg_tsmove.h
  *	  Declarations shared by the files of pg_tsmove.
  *
- * A move is a job: a row in tsmove.job (the durable record, see
- * control/pg_tsmove--0.1.sql) plus, while it runs, a worker slot in shared
- * memory (the live record: state, counters, cancel flag, rate).  One
- * dynamic background worker runs one slot; it may run several jobs one after
- * another (a table and then its indexes, for with_indexes).
+ * A move is a job: a row in tsmove.job (the durable record, jobrecord.c)
+ * plus, while it runs, a worker slot in shared memory (the live record:
+ * state, counters, cancel request, rate).
  *
- * Locking of the shared state: TsmShared->lock guards every slot field.
- * move() takes it exclusively to claim a slot; the worker takes it
- * exclusively to publish counters (a few times a second) and to release
- * the slot; readers (tsmove.jobs, wait, cancel) take it shared, except that
- * cancel and set_rate take it exclusively to write their request.
+ * The queue is the job table itself.  tsmove.move() only inserts rows
+ * ('queued'); when its transaction commits it marks its database pending
+ * and wakes the launcher (launcher.c), which starts a worker there if
+ * fewer than pg_tsmove.max_workers run.  A worker claims queued jobs of its
+ * database one at a time (FOR UPDATE SKIP LOCKED) and exits when none is
+ * left.  So a queued row always has the queue that will run it: rows of a
+ * transaction that has not committed are invisible to workers, and after
+ * a restart the launcher's recovery pass marks every database with queued
+ * rows pending again.
+ *
+ * Locking of the shared state: TsmShared->lock guards every field of
+ * TsmShared, the pending-database table and every slot.  The launcher
+ * takes it exclusively to claim a slot for a worker it starts; a worker
+ * to publish its job and counters (a few times a second) and to release
+ * its slot; backends to mark a database pending, to request a cancel or
+ * a rate change.  Readers (tsmove.jobs, wait) take it shared.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,6 +43,12 @@
 /* A table moves with its TOAST table and TOAST index: at most three files. */
 #define TSM_MAX_MEMBERS 3
 
+/* Databases with queued jobs the launcher keeps track of at once. */
+#define TSM_MAX_PENDING_DBS 64
+
+/* Length of the notes that say why a job or a queue waits. */
+#define TSM_NOTE_LEN 160
+
 typedef enum TsmJobState
 {
 	TSM_QUEUED,
@@ -47,23 +62,9 @@ typedef enum TsmJobState
 	TSM_CANCELLED
 } TsmJobState;
 
-/* One running worker, in shared memory. */
-typedef struct TsmWorkerSlot
+/* What a running job publishes and finally writes to its row. */
+typedef struct TsmProgress
 {
-	bool		in_use;
-	Oid			dbid;
-	int64		chain_head;		/* job id move() started the worker for */
-	int64		job_id;			/* job being run now */
-	Oid			relid;			/* its relation (claimed: one job per rel) */
-	Oid			user_id;		/* the worker runs as this role */
-	TransactionId submit_xid;	/* move()'s transaction; the worker waits
-								 * for it to end */
-	int			pid;
-	Latch	   *latch;
-	bool		cancel_requested;
-	double		max_rate_mb;	/* byte budget, MB/s, 0 = unthrottled */
-
-	/* counters, published by the worker */
 	TsmJobState state;
 	int64		blocks_total;
 	int64		blocks_copied;
@@ -75,12 +76,44 @@ typedef struct TsmWorkerSlot
 	int			switch_attempts;
 	double		lock_wait_ms;
 	double		switch_ms;		/* < 0 until the switch happened */
-	char		note[160];		/* why the job waits, if it does */
+	char		note[TSM_NOTE_LEN]; /* why the job waits, if it does */
+} TsmProgress;
+
+/* One worker, in shared memory; claimed by the launcher, freed by the worker. */
+typedef struct TsmWorkerSlot
+{
+	bool		in_use;
+	Oid			dbid;
+	TimestampTz launched_at;
+	int			pid;			/* 0 until the worker runs */
+	Latch	   *latch;
+	bool		queue_empty;	/* it exits because nothing was left to claim */
+
+	/* the job it runs now; 0 between jobs */
+	int64		job_id;
+	Oid			relid;
+	int64		cancel_job_id;	/* tsmove.cancel() asked this job to stop */
+	double		max_rate_mb;	/* byte budget, MB/s, 0 = unthrottled */
+	TsmProgress progress;
 } TsmWorkerSlot;
+
+/* A database whose queued jobs may need a worker. */
+typedef struct TsmPendingDb
+{
+	Oid			dbid;			/* InvalidOid: entry free */
+	bool		pending;		/* start a worker there when a slot frees */
+	bool		needs_recovery; /* a worker died inside a job there */
+	TimestampTz not_before;		/* back-off after a failed start */
+	int			failed_starts;
+	char		note[TSM_NOTE_LEN]; /* why its queue waits, if it does */
+} TsmPendingDb;
 
 typedef struct TsmShared
 {
 	LWLock	   *lock;
+	Latch	   *launcher_latch; /* NULL while no launcher runs */
+	bool		pending_overflow;	/* a database did not fit in pending[] */
+	TsmPendingDb pending[TSM_MAX_PENDING_DBS];
 	int			nslots;
 	TsmWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } TsmShared;
@@ -99,17 +132,12 @@ extern const char *tsm_state_name(TsmJobState state);
 extern bool tsm_state_is_final(TsmJobState state);
 extern TsmJobState tsm_state_from_name(const char *name);
 
-/* job.c: the job table, validation, SQL functions */
-extern void tsm_check_movable(Relation rel, Oid target_spc);
-extern void tsm_job_update_state(int64 job_id, TsmJobState state,
-								 const char *error);
-extern void tsm_run_as_superuser_begin(Oid *save_userid, int *save_sec);
-extern void tsm_run_as_superuser_end(Oid save_userid, int save_sec);
-extern uint64 tsm_job_table_update(const char *sql, int nargs, Oid *argtypes,
-								   Datum *values, const char *nulls);
-
-/* launcher.c: start-up recovery of jobs a crash left behind */
+/* launcher.c: the queue's dispatcher and start-up recovery */
 extern void tsm_register_launcher(void);
+extern void tsm_mark_database_pending(Oid dbid, bool needs_recovery);
+extern void tsm_worker_exited(Oid dbid, bool queue_empty, bool died_in_job);
+extern int	tsm_running_workers(void);
+extern void tsm_queue_note(Oid dbid, char *note, Size len);
 extern PGDLLEXPORT void tsm_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void tsm_recovery_main(Datum main_arg);
 

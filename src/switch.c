@@ -14,13 +14,16 @@
  *	   backs off, keeps mirroring, and tries again.
  *	2. Under the lock nothing can change the pages any more: flush the WAL,
  *	   read it to the end, re-copy the last dirty blocks and any blocks the
- *	   relation grew by, copy the FSM and VM forks whole.
+ *	   relation grew by, copy the FSM and VM forks whole, fsync every fork
+ *	   of the new storage.
  *	3. SetRelationTableSpace() points pg_class at the new relfilenode (it
  *	   handles the catalog's locking), RelationAssumeNewRelfilenode() as
  *	   core's SET TABLESPACE does, RelationDropStorage() of the old files so
  *	   that the commit record unlinks them, here and on standbys.
  *	4. The job row says 'warming' in the same transaction, so after a crash
- *	   the row tells whether the switch committed.
+ *	   the row tells whether the switch committed.  In the worker, an xact
+ *	   callback sets job->switch_committed as soon as the commit record is
+ *	   written, and from then on the abort path keeps the new files.
  *
  * Locks: called with the job's session lock held and no transaction open.
  *
@@ -48,6 +51,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "jobrecord.h"
 #include "move.h"
 
 /*
@@ -97,6 +101,10 @@ tsm_collect_cached_blocks(TsmJob *job)
  * Take AccessExclusiveLock on every member, waiting at most
  * switch_lock_timeout for each.  Returns false, with the transaction
  * aborted and a new one started, if a lock was not granted in time.
+ *
+ * lock_timeout is set for this transaction only (SET LOCAL), so no error
+ * can leave it set for the rest of the worker's life, and back to 0 once
+ * the locks are held: the switch's own catalog updates must not time out.
  */
 static bool
 tsm_lock_members(TsmJob *job)
@@ -106,7 +114,8 @@ tsm_lock_members(TsmJob *job)
 	volatile bool locked = true;
 
 	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
-	SetConfigOption("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION);
+	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 	PG_TRY();
 	{
 		for (int i = 0; i < job->nmembers; i++)
@@ -127,18 +136,28 @@ tsm_lock_members(TsmJob *job)
 		locked = false;
 	}
 	PG_END_TRY();
-	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION);
+	if (locked)
+		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
 	return locked;
 }
 
-/* When the switch transaction committed: its locks go a moment later. */
+/*
+ * Runs at XACT_EVENT_COMMIT of the switch transaction, that is after its
+ * commit record is written: from then on the new files are the relation's
+ * storage, and nothing may drop them, whatever happens next.  Also ends
+ * switch_ms: the locks go a moment later.
+ */
 static TimestampTz switch_committed_at;
 
 static void
-tsm_note_commit_time(XactEvent event, void *arg)
+tsm_note_switch_commit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT)
+	{
+		((TsmJob *) arg)->switch_committed = true;
 		switch_committed_at = GetCurrentTimestamp();
+	}
 }
 
 /*
@@ -173,6 +192,7 @@ tsm_try_switch(TsmJob *job)
 	for (int i = 0; i < job->nmembers; i++)
 		tsm_copy_pending(job, &job->members[i], PG_INT64_MAX, true, false);
 	tsm_copy_extra_forks(job);
+	tsm_sync_new_storage(job);
 
 	PushActiveSnapshot(GetTransactionSnapshot());
 	for (int i = 0; i < job->nmembers; i++)
@@ -197,7 +217,7 @@ tsm_try_switch(TsmJob *job)
 		CommandCounterIncrement();
 	}
 
-	tsm_job_update_state(job->job_id, TSM_WARMING, NULL);
+	tsm_jobrec_set_state(job->job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
 	tsm_debug_pause(job, "switching");
 
@@ -206,10 +226,16 @@ tsm_try_switch(TsmJob *job)
 	 * after the commit callbacks, and only then unlinks the old files,
 	 * which can take long for a big relation but blocks nobody.
 	 */
-	RegisterXactCallback(tsm_note_commit_time, NULL);
-	CommitTransactionCommand();
-	UnregisterXactCallback(tsm_note_commit_time, NULL);
-	/* only now: an error before the commit must drop the new files */
+	RegisterXactCallback(tsm_note_switch_commit, job);
+	PG_TRY();
+	{
+		CommitTransactionCommand();
+	}
+	PG_FINALLY();
+	{
+		UnregisterXactCallback(tsm_note_switch_commit, job);
+	}
+	PG_END_TRY();
 	job->switch_ms = (double) (switch_committed_at - lock_granted) / 1000.0;
 	tsm_set_state(job, TSM_WARMING);
 	return true;

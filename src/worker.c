@@ -1,16 +1,25 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The move worker: one dynamic background worker per tsmove.move() call,
- *	  running its job (and then the index jobs queued behind it) through
+ *	  The move worker: a dynamic background worker the launcher starts in a
+ *	  database with queued jobs.  It claims them one at a time, oldest first
+ *	  (a table's index jobs right behind it), runs each through
  *
  *	  queued -> preparing -> copying -> catching_up -> switching -> warming
- *	  -> done, or on any error or cancel: cleanup -> failed | cancelled.
+ *	  -> done, or on any error or cancel: cleanup -> failed | cancelled,
+ *
+ *	  and exits when nothing is left that it can run.
  *
  * Design (see DESIGN.md section 2):
- *	- The worker waits for move()'s transaction to end; if it aborted, the job
- *	  never existed.  The job row, with the new relfilenodes chosen, is then
- *	  committed before any file is created.
+ *	- A job is claimed by marking its row 'preparing' (jobrecord.c); the
+ *	  worker then chooses the new relfilenodes and commits them in the row
+ *	  before it creates any file.
+ *	- The worker connects as the bootstrap superuser and overrides what the
+ *	  database owner could have set for it (ALTER DATABASE ... SET
+ *	  search_path, default_transaction_isolation, ...).  It runs each job
+ *	  as the role that submitted it, in a security-restricted operation,
+ *	  after checking again that this role still owns the relation and may
+ *	  create in the target tablespace.
  *	- A session lock (ShareUpdateExclusiveLock online, ExclusiveLock in
  *	  quiesce mode) is held from preparing to the switch, as CREATE INDEX
  *	  CONCURRENTLY does: DML goes on, anything that would change the
@@ -20,9 +29,11 @@
  *	- The throttle is a byte budget per second counting the pages written and
  *	  the WAL that logs them; tsmove.set_rate() changes it while running.
  *	- Errors, cancel (tsmove.cancel, pg_cancel_backend) and SIGTERM all end in
- *	  tsm_abort_job(): the new storage is dropped by a committed transaction
- *	  (so standbys drop it too) and the row says why.  A crash leaves that to
- *	  the launcher's recovery pass (launcher.c).
+ *	  tsm_abort_job(): unless the switch's commit record was written, the new
+ *	  storage is dropped by a committed transaction (so standbys drop it too)
+ *	  and the row says why; a failed or cancelled job ends its chain.  A
+ *	  worker that dies inside a job leaves it to the recovery pass
+ *	  (launcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -32,19 +43,16 @@
 #include "access/xact.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_authid.h"
-#include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "commands/tablespace.h"
 #include "executor/instrument.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
-#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -53,6 +61,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "jobrecord.h"
 #include "move.h"
 
 TsmWorkerSlot *tsm_my_slot = NULL;
@@ -66,6 +75,8 @@ static volatile sig_atomic_t got_sigterm = false;
 #define TSM_RATE_SAMPLE_MS 1000
 /* Credit the throttle may bank while idle: 50 ms worth of the rate. */
 #define TSM_BURST_SECONDS 0.05
+/* How long pg_tsmove.debug_pause_at holds the worker still. */
+#define TSM_DEBUG_PAUSE_MS 60000
 /* The fastest page-image compression this server was built with. */
 #ifdef USE_LZ4
 #define TSM_WAL_COMPRESSION "lz4"
@@ -75,6 +86,23 @@ static volatile sig_atomic_t got_sigterm = false;
 
 /* Rounds whose backlog does not shrink before the view says so. */
 #define TSM_STALLED_ROUNDS 3
+
+/*
+ * Session settings the worker always runs with, whatever ALTER DATABASE
+ * ... SET or ALTER ROLE ... SET say: names resolve in pg_catalog only;
+ * job rows are written read-committed and durably (a row that names new
+ * files must reach the WAL before the files exist); lock waits are the
+ * worker's own choice.
+ */
+static const char *const worker_settings[][2] = {
+	{"search_path", "pg_catalog, pg_temp"},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_deferrable", "off"},
+	{"synchronous_commit", "on"},
+	{"lock_timeout", "0"},
+	{"session_replication_role", "origin"},
+};
 
 static void
 tsm_sigterm(SIGNAL_ARGS)
@@ -86,15 +114,32 @@ tsm_sigterm(SIGNAL_ARGS)
 	errno = save_errno;
 }
 
+/*
+ * before_shmem_exit: free the slot and tell the launcher how the worker
+ * ended.  Not finding anything to claim is the normal end; any other (a
+ * failed connection, SIGTERM) leaves queued jobs that need another worker,
+ * and a worker that dies inside a job leaves it to the recovery pass.
+ */
 static void
 tsm_release_slot(int code, Datum arg)
 {
+	Oid			dbid;
+	bool		queue_empty;
+	bool		died_in_job;
+
 	if (tsm_my_slot == NULL)
 		return;
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	dbid = tsm_my_slot->dbid;
+	queue_empty = tsm_my_slot->queue_empty;
+	died_in_job = tsm_my_slot->job_id != 0 &&
+		!tsm_state_is_final(tsm_my_slot->progress.state);
 	tsm_my_slot->in_use = false;
 	tsm_my_slot->latch = NULL;
+	tsm_my_slot->pid = 0;
+	tsm_my_slot->job_id = 0;
 	LWLockRelease(tsm_shared->lock);
+	tsm_worker_exited(dbid, queue_empty, died_in_job);
 }
 
 static double
@@ -126,6 +171,28 @@ tsm_job_dirty_backlog(TsmJob *job)
 	return backlog;
 }
 
+/* The job's counters as the view and the row show them. */
+static void
+tsm_job_progress_of(TsmJob *job, TsmProgress *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->state = job->state;
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		p->blocks_total += Max(job->members[i].nblocks, job->members[i].copy_cursor);
+		p->blocks_copied += job->members[i].copy_cursor;
+		p->dirty_backlog += job->members[i].dirty.count;
+	}
+	p->blocks_recopied = job->blocks_recopied;
+	p->bytes_written = job->bytes_written;
+	p->wal_bytes = job->wal_bytes;
+	p->rate_mb_s = job->rate_mb_s;
+	p->switch_attempts = job->switch_attempts;
+	p->lock_wait_ms = job->lock_wait_ms;
+	p->switch_ms = job->switch_ms;
+	strlcpy(p->note, job->note, sizeof(p->note));
+}
+
 /*
  * Copy the job's counters to its slot, at most every TSM_PUBLISH_INTERVAL_MS
  * unless forced.
@@ -135,10 +202,8 @@ tsm_publish_progress(TsmJob *job, bool force)
 {
 	static TimestampTz last_publish = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	int64		total = 0;
-	int64		copied = 0;
-	int64		dirty = 0;
 	int64		written = job->bytes_written + job->wal_bytes;
+	TsmProgress progress;
 
 	if (!force && !TimestampDifferenceExceeds(last_publish, now, TSM_PUBLISH_INTERVAL_MS))
 		return;
@@ -153,26 +218,9 @@ tsm_publish_progress(TsmJob *job, bool force)
 		job->rate_sample_bytes = written;
 	}
 
-	for (int i = 0; i < job->nmembers; i++)
-	{
-		total += Max(job->members[i].nblocks, job->members[i].copy_cursor);
-		copied += job->members[i].copy_cursor;
-		dirty += job->members[i].dirty.count;
-	}
-
+	tsm_job_progress_of(job, &progress);
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-	tsm_my_slot->state = job->state;
-	tsm_my_slot->blocks_total = total;
-	tsm_my_slot->blocks_copied = copied;
-	tsm_my_slot->blocks_recopied = job->blocks_recopied;
-	tsm_my_slot->dirty_backlog = dirty;
-	tsm_my_slot->bytes_written = job->bytes_written;
-	tsm_my_slot->wal_bytes = job->wal_bytes;
-	tsm_my_slot->rate_mb_s = job->rate_mb_s;
-	tsm_my_slot->switch_attempts = job->switch_attempts;
-	tsm_my_slot->lock_wait_ms = job->lock_wait_ms;
-	tsm_my_slot->switch_ms = job->switch_ms;
-	strlcpy(tsm_my_slot->note, job->note, sizeof(tsm_my_slot->note));
+	tsm_my_slot->progress = progress;
 	LWLockRelease(tsm_shared->lock);
 }
 
@@ -237,7 +285,7 @@ tsm_check_for_cancel(TsmJob *job)
 				 errmsg("move interrupted by server shutdown or pg_terminate_backend()")));
 
 	LWLockAcquire(tsm_shared->lock, LW_SHARED);
-	cancel = tsm_my_slot->cancel_requested;
+	cancel = (tsm_my_slot->cancel_job_id == job->job_id);
 	rate = tsm_my_slot->max_rate_mb;
 	LWLockRelease(tsm_shared->lock);
 
@@ -265,18 +313,23 @@ tsm_sleep(TsmJob *job, long ms)
 }
 
 /*
- * pg_tsmove.debug_pause_at: hold still for 60 s at a named phase, so that
- * tests can kill the server at moments too short to hit otherwise.  Only
- * the postmaster's death ends the pause early.
+ * pg_tsmove.debug_pause_at: hold still for a minute at a named phase, so
+ * that tests can kill the server at moments too short to hit otherwise.
+ * The pause answers cancel, SIGTERM and the postmaster's death like any
+ * sleep of the worker: a lock held here is never held beyond them.
  */
 void
 tsm_debug_pause(TsmJob *job, const char *phase)
 {
+	TimestampTz until;
+
 	if (tsm_debug_pause_at == NULL || strcmp(tsm_debug_pause_at, phase) != 0)
 		return;
 	ereport(LOG, (errmsg("pg_tsmove: job %lld pauses at %s (pg_tsmove.debug_pause_at)",
 						 (long long) job->job_id, phase)));
-	(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 60000L, PG_WAIT_EXTENSION);
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TSM_DEBUG_PAUSE_MS);
+	while (GetCurrentTimestamp() < until)
+		tsm_sleep(job, 100);
 }
 
 /*
@@ -330,83 +383,16 @@ tsm_account_write(TsmJob *job, bool throttled)
 		job->budget_spent += BLCKSZ + wal_delta;
 }
 
-/*
- * Save the job's state and counters in its row, in the current transaction.
- * Final states stamp finished_at; the first save stamps started_at.
- */
+/* Save the job's state and counters in its row, in a transaction of its own. */
 static void
-tsm_save_job(TsmJob *job, TsmJobState state, const char *error)
+tsm_save_job_xact(TsmJob *job, const char *error)
 {
-	Oid			argtypes[14] = {INT8OID, TEXTOID, TEXTOID, INT8OID, INT8OID,
-		INT8OID, INT8OID, INT8OID, INT4OID, FLOAT8OID, FLOAT8OID,
-	OIDARRAYOID, OIDARRAYOID, OIDARRAYOID};
-	Datum		values[14];
-	char		nulls[14];
-	Datum		members[TSM_MAX_MEMBERS];
-	Datum		old_nodes[TSM_MAX_MEMBERS];
-	Datum		new_nodes[TSM_MAX_MEMBERS];
-	int64		total = 0;
-	int64		copied = 0;
+	TsmProgress progress;
 
-	for (int i = 0; i < job->nmembers; i++)
-	{
-		members[i] = ObjectIdGetDatum(job->members[i].relid);
-		old_nodes[i] = ObjectIdGetDatum(TSM_REL(job->members[i].old_node));
-		new_nodes[i] = ObjectIdGetDatum(TSM_REL(job->members[i].new_node));
-		total += Max(job->members[i].nblocks, job->members[i].copy_cursor);
-		copied += job->members[i].copy_cursor;
-	}
-
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = Int64GetDatum(job->job_id);
-	values[1] = CStringGetTextDatum(tsm_state_name(state));
-	if (error)
-		values[2] = CStringGetTextDatum(error);
-	else
-		nulls[2] = 'n';
-	values[3] = Int64GetDatum(total);
-	values[4] = Int64GetDatum(copied);
-	values[5] = Int64GetDatum(job->blocks_recopied);
-	values[6] = Int64GetDatum(job->bytes_written);
-	values[7] = Int64GetDatum(job->wal_bytes);
-	values[8] = Int32GetDatum(job->switch_attempts);
-	values[9] = Float8GetDatum(job->lock_wait_ms);
-	values[10] = Float8GetDatum(job->switch_ms);
-	if (job->switch_ms < 0)
-		nulls[10] = 'n';
-	if (job->nmembers > 0)
-	{
-		values[11] = PointerGetDatum(construct_array(members, job->nmembers, OIDOID,
-													 sizeof(Oid), true, TYPALIGN_INT));
-		values[12] = PointerGetDatum(construct_array(old_nodes, job->nmembers, OIDOID,
-													 sizeof(Oid), true, TYPALIGN_INT));
-		values[13] = PointerGetDatum(construct_array(new_nodes, job->nmembers, OIDOID,
-													 sizeof(Oid), true, TYPALIGN_INT));
-	}
-	else
-		nulls[11] = nulls[12] = nulls[13] = 'n';
-
-	(void) tsm_job_table_update("UPDATE tsmove.job SET state = $2, error = $3, "
-								"blocks_total = $4, blocks_copied = $5, blocks_recopied = $6, "
-								"bytes_written = $7, wal_bytes = $8, switch_attempts = $9, "
-								"lock_wait_ms = $10, switch_ms = $11, "
-								"members = coalesce($12, members), "
-								"old_relfilenodes = coalesce($13, old_relfilenodes), "
-								"new_relfilenodes = coalesce($14, new_relfilenodes), "
-								"started_at = coalesce(started_at, pg_catalog.clock_timestamp()), "
-								"finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') "
-								"THEN pg_catalog.clock_timestamp() END "
-								"WHERE job_id = $1",
-								14, argtypes, values, nulls);
-}
-
-/* The same, in a transaction of its own. */
-static void
-tsm_save_job_xact(TsmJob *job, TsmJobState state, const char *error)
-{
+	tsm_job_progress_of(job, &progress);
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	tsm_save_job(job, state, error);
+	tsm_jobrec_save(job->job_id, &progress, error);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 }
@@ -449,9 +435,10 @@ tsm_add_member(TsmJob *job, Relation rel)
 }
 
 /*
- * preparing: take the session locks, check the relation is what move()
- * saw, choose the new relfilenodes and commit them in the job row, then
- * create the new main forks in a second transaction.
+ * preparing: check again that the submitting role may move the relation,
+ * take the session locks, check the relation is what move() saw, choose
+ * the new relfilenodes and commit them in the job row, then create the new
+ * main forks in a second transaction.
  */
 static void
 tsm_prepare(TsmJob *job)
@@ -459,15 +446,29 @@ tsm_prepare(TsmJob *job)
 	LOCKMODE	mode = tsm_session_lockmode(job);
 	Relation	rel;
 	Oid			current_spc;
+	char	   *relname;
+	Oid			members[TSM_MAX_MEMBERS];
+	TsmRelFileNumber old_nodes[TSM_MAX_MEMBERS];
+	TsmRelFileNumber new_nodes[TSM_MAX_MEMBERS];
 
 	tsm_set_state(job, TSM_PREPARING);
 	StartTransactionCommand();
+	relname = get_rel_name(job->relid);
+	if (relname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"%s\" was dropped before its move started",
+						job->relname)));
+	tsm_check_move_privileges(job->relid, relname, job->target_spc,
+							  job->submitted_by);
 	rel = tsm_open_locked(job, job->relid, mode);
 	if (rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("relation \"%s\" was dropped before its move started",
 						job->relname)));
+	tsm_check_move_privileges(job->relid, relname, job->target_spc,
+							  job->submitted_by);
 	tsm_check_movable(rel, job->target_spc);
 	current_spc = OidIsValid(rel->rd_rel->reltablespace) ?
 		rel->rd_rel->reltablespace : MyDatabaseTableSpace;
@@ -503,8 +504,15 @@ tsm_prepare(TsmJob *job)
 	job->session_locked = true;
 	relation_close(rel, NoLock);
 
+	for (int i = 0; i < job->nmembers; i++)
+	{
+		members[i] = job->members[i].relid;
+		old_nodes[i] = TSM_REL(job->members[i].old_node);
+		new_nodes[i] = TSM_REL(job->members[i].new_node);
+	}
 	PushActiveSnapshot(GetTransactionSnapshot());
-	tsm_save_job(job, TSM_PREPARING, NULL);
+	tsm_jobrec_record_storage(job->job_id, job->nmembers, members, old_nodes,
+							  new_nodes);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
@@ -550,15 +558,8 @@ tsm_bulk_copy(TsmJob *job)
 {
 	tsm_set_state(job, TSM_COPYING);
 	tsm_copy_round(job, PG_INT64_MAX, false);
-
-	/*
-	 * The bulk copy was written without fsync requests; sync it now, with no
-	 * lock held, so that the switch has nothing large left to sync.  Later
-	 * writes register with the checkpointer like any buffer write.
-	 */
-	for (int i = 0; i < job->nmembers; i++)
-		smgrimmedsync(tsm_smgropen(job->members[i].new_node), MAIN_FORKNUM);
-	job->bulk_synced = true;
+	/* sync the bulk copy now, with no lock held: the switch syncs little */
+	tsm_sync_new_storage(job);
 }
 
 /*
@@ -586,6 +587,8 @@ tsm_catch_up_and_switch(TsmJob *job)
 		{
 			/* The switch copies the backlog at full speed: pay for it first. */
 			tsm_throttle(job, backlog * 2 * BLCKSZ);
+			/* and what was re-copied since the last sync is synced unlocked */
+			tsm_sync_new_storage(job);
 			if (tsm_try_switch(job))
 				return;
 			tsm_set_state(job, TSM_CATCHING_UP);
@@ -616,27 +619,24 @@ tsm_catch_up_and_switch(TsmJob *job)
 }
 
 /*
- * Turn an error into the job's end: drop the new storage unless the switch
- * committed, record the state and the message, release the locks.
+ * Turn an error into the job's end: drop the new storage unless the
+ * switch's commit record was written, record the state and the message,
+ * release the locks.
  */
 static void
 tsm_abort_job(TsmJob *job, ErrorData *edata)
 {
 	bool		cancelled = (edata->sqlerrcode == ERRCODE_QUERY_CANCELED);
-	bool		switched = (job->state == TSM_WARMING);
-	TsmJobState final_state;
+	bool		switched = job->switch_committed;
+	const char *message = edata->message;
 
 	AbortOutOfAnyTransaction();
 	tsm_mirror_stop(job);
 
-	if (switched)
-		final_state = TSM_DONE;
-	else
-		final_state = cancelled ? TSM_CANCELLED : TSM_FAILED;
-
 	/*
 	 * The new files go first, in a transaction of their own, so that nothing
 	 * is orphaned even if the row cannot be written (DROP EXTENSION, say).
+	 * tsm_drop_storage() itself refuses files pg_class uses.
 	 */
 	if (job->storage_created && !switched)
 	{
@@ -648,10 +648,18 @@ tsm_abort_job(TsmJob *job, ErrorData *edata)
 		job->storage_created = false;
 	}
 
-	job->state = final_state;
+	if (switched)
+	{
+		job->state = TSM_DONE;
+		message = psprintf("moved; then stopped while warming the cache: %s",
+						   edata->message);
+	}
+	else
+		job->state = cancelled ? TSM_CANCELLED : TSM_FAILED;
+
 	PG_TRY();
 	{
-		tsm_save_job_xact(job, final_state, edata->message);
+		tsm_save_job_xact(job, message);
 	}
 	PG_CATCH();
 	{
@@ -660,7 +668,7 @@ tsm_abort_job(TsmJob *job, ErrorData *edata)
 		AbortOutOfAnyTransaction();
 		ereport(WARNING,
 				(errmsg("pg_tsmove could not record the end of job %lld (%s)",
-						(long long) job->job_id, tsm_state_name(final_state))));
+						(long long) job->job_id, tsm_state_name(job->state))));
 	}
 	PG_END_TRY();
 	tsm_publish_progress(job, true);
@@ -673,108 +681,83 @@ tsm_abort_job(TsmJob *job, ErrorData *edata)
 }
 
 /*
- * Load a queued job's row.  Returns false if the job is not queued any more
- * (cancelled while it waited behind its chain).
+ * Claim the next job this worker can run, and publish it in the slot
+ * before the claim commits.  Returns false if none can run now.  If more
+ * could, wakes the launcher, which may start a second worker.  (Not
+ * inlined into tsm_run_next_job(), whose PG_TRY would make its locals
+ * volatile.)
  */
-static bool
-tsm_load_job(TsmJob *job, int64 job_id)
+pg_noinline static bool
+tsm_claim_job(TsmJob *job)
 {
-	Oid			argtype = INT8OID;
-	Datum		arg = Int64GetDatum(job_id);
-	Oid			save_userid;
-	int			save_sec;
-	bool		found = false;
+	TsmClaimedJob claimed;
+	bool		found;
+	bool		more = false;
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE tsmove.job SET state = 'preparing', "
-							  "started_at = pg_catalog.clock_timestamp() "
-							  "WHERE job_id = $1 AND state = 'queued' "
-							  "RETURNING relid, relname, mode, target_tablespace, "
-							  "max_rate_mb::float8, old_relfilenodes[1], source_tablespace",
-							  1, &argtype, &arg, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not read tsmove.job");
-	if (SPI_processed == 1)
+	MemoryContextSwitchTo(job->cxt);
+	found = tsm_jobrec_claim_next(&claimed);
+	if (found)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char	   *mode;
-
-		job->job_id = job_id;
-		job->relid = DatumGetObjectId(SPI_getbinval(tuple, desc, 1, &isnull));
-		job->relname = MemoryContextStrdup(job->cxt, SPI_getvalue(tuple, desc, 2));
-		mode = SPI_getvalue(tuple, desc, 3);
-		job->online = (strcmp(mode, "online") == 0);
-		job->target_spc = DatumGetObjectId(SPI_getbinval(tuple, desc, 4, &isnull));
+		job->job_id = claimed.job_id;
+		job->relid = claimed.relid;
+		job->relname = claimed.relname;
+		job->online = claimed.online;
+		job->source_spc = claimed.source_spc;
+		job->target_spc = claimed.target_spc;
 		job->target_name = MemoryContextStrdup(job->cxt,
 											   get_tablespace_name(job->target_spc));
-		job->max_rate_mb = DatumGetFloat8(SPI_getbinval(tuple, desc, 5, &isnull));
-		job->submitted_relfilenode = DatumGetObjectId(SPI_getbinval(tuple, desc, 6, &isnull));
-		job->source_spc = DatumGetObjectId(SPI_getbinval(tuple, desc, 7, &isnull));
-		found = true;
+		job->max_rate_mb = claimed.max_rate_mb;
+		job->submitted_relfilenode = claimed.submitted_relfilenode;
+		job->submitted_by = claimed.submitted_by;
+
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		tsm_my_slot->job_id = job->job_id;
+		tsm_my_slot->relid = job->relid;
+		tsm_my_slot->max_rate_mb = job->max_rate_mb;
+		memset(&tsm_my_slot->progress, 0, sizeof(TsmProgress));
+		tsm_my_slot->progress.state = TSM_PREPARING;
+		tsm_my_slot->progress.switch_ms = -1;
+		LWLockRelease(tsm_shared->lock);
+
+		more = tsm_jobrec_has_claimable();
 	}
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	if (more)
+		tsm_mark_database_pending(MyDatabaseId, false);
 	return found;
 }
 
 /*
- * Claim the job's relation in the worker's slot: one running job per
- * relation.  Errors out if another worker runs a job on it.
+ * Claim and run one job to its end.  Never throws.  Returns false if there
+ * was no job to claim.
  */
-static void
-tsm_claim_relation(TsmJob *job)
-{
-	int64		other_job = 0;
-
-	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < tsm_shared->nslots; i++)
-	{
-		TsmWorkerSlot *s = &tsm_shared->slots[i];
-
-		if (s != tsm_my_slot && s->in_use && s->dbid == MyDatabaseId &&
-			s->relid == job->relid)
-			other_job = s->job_id;
-	}
-	tsm_my_slot->job_id = job->job_id;
-	tsm_my_slot->relid = job->relid;
-	tsm_my_slot->max_rate_mb = job->max_rate_mb;
-	tsm_my_slot->switch_ms = -1;
-	tsm_my_slot->note[0] = '\0';
-	LWLockRelease(tsm_shared->lock);
-
-	if (other_job != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("relation \"%s\" is already being moved by job %lld",
-						job->relname, (long long) other_job)));
-}
-
-/* Run one job to its end.  Never throws. */
-static void
-tsm_run_job(int64 job_id)
+static bool
+tsm_run_next_job(void)
 {
 	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_tsmove job",
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 	TsmJob	   *job = palloc0(sizeof(TsmJob));
+	bool		claimed;
 
 	job->cxt = cxt;
 	job->switch_ms = -1;
 	job->state = TSM_QUEUED;
-	job->wal_usage_at_start = pgWalUsage.wal_bytes;
-	job->budget_start = job->rate_sample_time = GetCurrentTimestamp();
 
-	PG_TRY();
+	claimed = tsm_claim_job(job);
+	MemoryContextSwitchTo(cxt);
+	if (claimed)
 	{
-		if (tsm_load_job(job, job_id))
+		job->state = TSM_PREPARING;
+		job->wal_usage_at_start = pgWalUsage.wal_bytes;
+		job->budget_start = job->rate_sample_time = GetCurrentTimestamp();
+		SetUserIdAndSecContext(job->submitted_by,
+							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+		PG_TRY();
 		{
-			tsm_claim_relation(job);
 			job->strategy = GetAccessStrategy(BAS_BULKREAD);
 			tsm_prepare(job);
 			tsm_mirror_start(job);
@@ -787,96 +770,40 @@ tsm_run_job(int64 job_id)
 			tsm_warm_new_storage(job);
 			job->state = TSM_DONE;
 			job->note[0] = '\0';
-			tsm_save_job_xact(job, TSM_DONE, NULL);
+			tsm_save_job_xact(job, NULL);
 			tsm_publish_progress(job, true);
 			ereport(LOG,
 					(errmsg("pg_tsmove: job %lld moved \"%s\" to tablespace \"%s\": "
 							"%lld blocks, %lld re-copied, exclusive lock held %.1f ms",
 							(long long) job->job_id, job->relname,
 							job->target_name,
-							(long long) tsm_my_slot->blocks_total,
+							(long long) tsm_my_slot->progress.blocks_total,
 							(long long) job->blocks_recopied, job->switch_ms)));
 		}
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
+		PG_CATCH();
+		{
+			ErrorData  *edata;
 
-		HOLD_INTERRUPTS();
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		EmitErrorReport();
-		FlushErrorState();
-		tsm_abort_job(job, edata);
-		RESUME_INTERRUPTS();
+			HOLD_INTERRUPTS();
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			EmitErrorReport();
+			FlushErrorState();
+			tsm_abort_job(job, edata);
+			RESUME_INTERRUPTS();
+		}
+		PG_END_TRY();
+		SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, 0);
+
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		tsm_my_slot->job_id = 0;
+		tsm_my_slot->relid = InvalidOid;
+		LWLockRelease(tsm_shared->lock);
 	}
-	PG_END_TRY();
 
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextDelete(cxt);
-}
-
-/* The next index job queued behind chain_head, or 0. */
-static int64
-tsm_next_chained_job(int64 chain_head)
-{
-	Oid			argtype = INT8OID;
-	Datum		arg = Int64GetDatum(chain_head);
-	Oid			save_userid;
-	int			save_sec;
-	int64		next = 0;
-
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	tsm_run_as_superuser_begin(&save_userid, &save_sec);
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT job_id FROM tsmove.job WHERE parent_job = $1 "
-							  "AND state = 'queued' ORDER BY job_id LIMIT 1",
-							  1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read tsmove.job");
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-
-		next = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_finish();
-	tsm_run_as_superuser_end(save_userid, save_sec);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	return next;
-}
-
-/*
- * Wait until move()'s transaction ends; true if it committed (the job
- * exists), false if it aborted.
- */
-static bool
-tsm_wait_for_submitter(TransactionId xid)
-{
-	bool		committed;
-
-	for (;;)
-	{
-		bool		running;
-
-		StartTransactionCommand();
-		running = TransactionIdIsInProgress(xid);
-		CommitTransactionCommand();
-		if (!running)
-			break;
-		if (got_sigterm)
-			return false;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	StartTransactionCommand();
-	committed = TransactionIdDidCommit(xid);
-	CommitTransactionCommand();
-	return committed;
+	return claimed;
 }
 
 /*
@@ -897,14 +824,36 @@ tsm_compress_page_images(void)
 						PGC_SUSET, PGC_S_SESSION);
 }
 
+/*
+ * The settings of worker_settings, and page-image compression.  Also used
+ * by the recovery worker (launcher.c).
+ */
+void
+tsm_worker_session_settings(void)
+{
+	for (int i = 0; i < lengthof(worker_settings); i++)
+		SetConfigOption(worker_settings[i][0], worker_settings[i][1],
+						PGC_SUSET, PGC_S_SESSION);
+	tsm_compress_page_images();
+}
+
+/* Whether pg_tsmove is installed in the database the worker is in. */
+static bool
+tsm_extension_installed(void)
+{
+	bool		installed;
+
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("pg_tsmove", true));
+	CommitTransactionCommand();
+	return installed;
+}
+
 void
 tsm_worker_main(Datum main_arg)
 {
 	int			slot_index = DatumGetInt32(main_arg);
 	Oid			dbid;
-	Oid			user_id;
-	int64		chain_head;
-	TransactionId submit_xid;
 
 	pqsignal(SIGTERM, tsm_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -915,29 +864,33 @@ tsm_worker_main(Datum main_arg)
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 	dbid = tsm_my_slot->dbid;
-	user_id = tsm_my_slot->user_id;
-	chain_head = tsm_my_slot->chain_head;
-	submit_xid = tsm_my_slot->submit_xid;
 	tsm_my_slot->pid = MyProcPid;
 	tsm_my_slot->latch = MyLatch;
 	LWLockRelease(tsm_shared->lock);
 
 	/*
-	 * Connect as the bootstrap superuser, which can always log in, and act
-	 * as the submitting role from then on; the job table is written as the
-	 * superuser (tsm_run_as_superuser_begin).
+	 * Connect as the bootstrap superuser, which can always log in; each job
+	 * runs as its submitter, and the job table is written as the superuser
+	 * (jobrecord.c).
 	 */
 	BackgroundWorkerInitializeConnectionByOid(dbid, BOOTSTRAP_SUPERUSERID, 0);
-	tsm_compress_page_images();
-	SetUserIdAndSecContext(user_id, SECURITY_LOCAL_USERID_CHANGE);
+	tsm_worker_session_settings();
 	pgstat_report_appname("pg_tsmove");
 
-	if (!tsm_wait_for_submitter(submit_xid))
+	if (!tsm_extension_installed())
+	{
+		tsm_my_slot->queue_empty = true;
 		proc_exit(0);
-
-	for (int64 job_id = chain_head; job_id != 0 && !got_sigterm;
-		 job_id = tsm_next_chained_job(chain_head))
-		tsm_run_job(job_id);
-
+	}
+	while (!got_sigterm)
+	{
+		if (!tsm_run_next_job())
+		{
+			LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+			tsm_my_slot->queue_empty = true;
+			LWLockRelease(tsm_shared->lock);
+			break;
+		}
+	}
 	proc_exit(0);
 }
