@@ -262,9 +262,9 @@ tsm_queue_note(Oid dbid, char *note, Size len)
 
 /* ---- recovery ---- */
 
-/* OIDs of the databases that accept connections. */
+/* OIDs of the databases, or only of those that accept connections. */
 static List *
-tsm_database_list(void)
+tsm_database_list(bool connectable_only)
 {
 	List	   *dbids = NIL;
 	Relation	rel;
@@ -281,7 +281,7 @@ tsm_database_list(void)
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
 		MemoryContext old;
 
-		if (!db->datallowconn)
+		if (connectable_only && !db->datallowconn)
 			continue;
 		old = MemoryContextSwitchTo(outer);
 		dbids = lappend_oid(dbids, db->oid);
@@ -359,7 +359,7 @@ tsm_recover_all_databases(void)
 {
 	ListCell   *lc;
 
-	foreach(lc, tsm_database_list())
+	foreach(lc, tsm_database_list(true))
 	{
 		if (ShutdownRequestPending)
 			proc_exit(0);
@@ -423,10 +423,11 @@ tsm_launcher_nap_ms(void)
 
 /* ---- dispatching ---- */
 
+/* Whether dbid exists (a worker that cannot connect to it is retried). */
 static bool
 tsm_database_exists(Oid dbid)
 {
-	return list_member_oid(tsm_database_list(), dbid);
+	return list_member_oid(tsm_database_list(false), dbid);
 }
 
 /*

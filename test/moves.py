@@ -7,6 +7,10 @@
 Every test that moves data checks it afterwards; assert_moved_cleanly()
 bundles what every such test owes: amcheck, the relation's files only in
 the target tablespace, no orphan files anywhere.
+
+Failure and queue tests interrupt moves of one table, "victim" (about 30 MB
+in ts_a, with an index and TOASTed rows): make_table() creates it and
+returns its row hash, assert_intact_in() checks it afterwards.
 """
 
 import time
@@ -17,23 +21,24 @@ JOB_COLUMNS = ("state", "blocks_total", "blocks_copied", "blocks_recopied",
 
 
 def start_move(cluster, rel, target, mode="online", max_rate_mb=None,
-               with_indexes=False):
+               with_indexes=False, dbname="postgres"):
     """tsmove.move() in its own transaction; returns the job id."""
     return cluster.sql_scalar(
         "SELECT tsmove.move(%s, %s, mode => %s, max_rate_mb => %s, "
-        "with_indexes => %s)", (rel, target, mode, max_rate_mb, with_indexes))
+        "with_indexes => %s)", (rel, target, mode, max_rate_mb, with_indexes),
+        dbname=dbname)
 
 
-def wait_job(cluster, job, timeout_s=300):
+def wait_job(cluster, job, timeout_s=300, dbname="postgres"):
     """tsmove.wait() with a timeout; returns the state."""
     return cluster.sql_scalar("SELECT tsmove.wait(%s, make_interval(secs => %s))",
-                              (job, timeout_s))
+                              (job, timeout_s), dbname=dbname)
 
 
-def job_row(cluster, job):
+def job_row(cluster, job, dbname="postgres"):
     """The job's row of tsmove.jobs as a dict."""
     row = cluster.sql("SELECT " + ", ".join(JOB_COLUMNS)
-                      + " FROM tsmove.jobs WHERE job_id = %s", (job,))
+                      + " FROM tsmove.jobs WHERE job_id = %s", (job,), dbname=dbname)
     assert row, "job %s not in tsmove.jobs" % job
     return dict(zip(JOB_COLUMNS, row[0]))
 
@@ -51,10 +56,11 @@ def wait_for(condition, timeout_s=60, interval_s=0.05, what="condition"):
         time.sleep(interval_s)
 
 
-def wait_for_state(cluster, job, states, timeout_s=60):
+def wait_for_state(cluster, job, states, timeout_s=60, dbname="postgres"):
     """Wait until the job is in one of states; returns its row."""
     return wait_for(lambda: (lambda r: r if r["state"] in states else None)(
-        job_row(cluster, job)), timeout_s, what="job %s to reach %s" % (job, states))
+        job_row(cluster, job, dbname)), timeout_s,
+        what="job %s to reach %s" % (job, states))
 
 
 def tablespace_of(cluster, rel):
@@ -73,3 +79,39 @@ def assert_moved_cleanly(cluster, rel, tablespace):
     assert list(cluster.relation_files(rel)) == [tablespace]
     assert cluster.amcheck(relations=[rel]) == []
     assert cluster.orphan_files() == []
+
+
+# ---- the table "victim" that failure and queue tests interrupt ----
+
+def make_table(cluster, rows=200000):
+    """A table of about 30 MB in ts_a, with an index and TOASTed rows."""
+    cluster.sql("""
+        CREATE TABLE victim (id int PRIMARY KEY, pad text, doc text) TABLESPACE ts_a;
+        INSERT INTO victim SELECT g, repeat('v', 100),
+            CASE WHEN g %% 1000 = 0 THEN (SELECT string_agg(md5(g::text || i), '')
+                                         FROM generate_series(1, 150) i) END
+        FROM generate_series(1, %d) g""" % rows)
+    return cluster.row_hash("victim", "id")
+
+
+def move_victim_while_copying(cluster, max_rate_mb=4, **move_args):
+    """Start a throttled move of victim to ts_b and return its job id once
+    it is copying: the moment most failure tests interrupt."""
+    job = start_move(cluster, "victim", "ts_b", max_rate_mb=max_rate_mb, **move_args)
+    wait_for_state(cluster, job, ("copying",), 30)
+    return job
+
+
+def assert_intact_in(cluster, tablespace, expected_hash):
+    assert cluster.row_hash("victim", "id") == expected_hash
+    assert tablespace_of(cluster, "victim") == tablespace
+    assert list(cluster.relation_files("victim")) == [tablespace]
+    assert cluster.amcheck(relations=["victim"]) == []
+    assert cluster.orphan_files() == []
+
+
+def move_again_succeeds(cluster, expected_hash):
+    job = start_move(cluster, "victim", "ts_b", max_rate_mb=0)
+    assert wait_job(cluster, job, 120) == "done", job_row(cluster, job)
+    assert cluster.row_hash("victim", "id") == expected_hash
+    assert_moved_cleanly(cluster, "victim", "ts_b")

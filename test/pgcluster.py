@@ -321,24 +321,25 @@ class Cluster:
 
     # ---- SQL ------------------------------------------------------------
 
-    def conninfo(self, dbname="postgres"):
+    def conninfo(self, dbname="postgres", user=SERVER_USER):
         return "host=%s port=%d user=%s dbname=%s" % (
-            self.socket_dir, self.port, SERVER_USER, dbname)
+            self.socket_dir, self.port, user, dbname)
 
-    def conn(self, dbname="postgres", autocommit=True):
+    def conn(self, dbname="postgres", autocommit=True, user=SERVER_USER):
         """A new psycopg connection; the caller closes it (use `with`)."""
-        return psycopg.connect(self.conninfo(dbname), autocommit=autocommit)
+        return psycopg.connect(self.conninfo(dbname, user), autocommit=autocommit)
 
-    def sql(self, query, params=None, dbname="postgres"):
+    def sql(self, query, params=None, dbname="postgres", user=SERVER_USER):
         """Run one statement in its own autocommit session; return its rows
-        (a list of tuples, empty for statements without a result)."""
-        with self.conn(dbname) as conn:
+        (a list of tuples, empty for statements without a result).  user
+        names the database role (trust authentication)."""
+        with self.conn(dbname, user=user) as conn:
             cur = conn.execute(query, params)
             return cur.fetchall() if cur.description is not None else []
 
-    def sql_scalar(self, query, params=None, dbname="postgres"):
+    def sql_scalar(self, query, params=None, dbname="postgres", user=SERVER_USER):
         """The single value of a single-row, single-column query."""
-        rows = self.sql(query, params, dbname)
+        rows = self.sql(query, params, dbname, user)
         if len(rows) != 1 or len(rows[0]) != 1:
             raise ValueError("expected one value from %r, got %r" % (query, rows))
         return rows[0][0]

@@ -3,48 +3,19 @@ cluster of their own.  After each: the table intact and in exactly one
 tablespace, no orphan file, the job says what happened, moving again works.
 """
 
+import os
+import subprocess
 import threading
 import time
 
 import psycopg
 import pytest
 
-from moves import (assert_moved_cleanly, job_row, start_move, tablespace_of,
-                   wait_for, wait_for_state, wait_job)
+from pgcluster import chown_to_server_user, make_server_dir
 
-
-def make_table(cluster, rows=200000):
-    """A table of about 30 MB in ts_a, with an index and TOASTed rows."""
-    cluster.sql("""
-        CREATE TABLE victim (id int PRIMARY KEY, pad text, doc text) TABLESPACE ts_a;
-        INSERT INTO victim SELECT g, repeat('v', 100),
-            CASE WHEN g %% 1000 = 0 THEN (SELECT string_agg(md5(g::text || i), '')
-                                         FROM generate_series(1, 150) i) END
-        FROM generate_series(1, %d) g""" % rows)
-    return cluster.row_hash("victim", "id")
-
-
-def move_victim_while_copying(cluster, max_rate_mb=4, **move_args):
-    """Start a throttled move of victim to ts_b and return its job id once
-    it is copying: the moment most failure tests interrupt."""
-    job = start_move(cluster, "victim", "ts_b", max_rate_mb=max_rate_mb, **move_args)
-    wait_for_state(cluster, job, ("copying",), 30)
-    return job
-
-
-def assert_intact_in(cluster, tablespace, expected_hash):
-    assert cluster.row_hash("victim", "id") == expected_hash
-    assert tablespace_of(cluster, "victim") == tablespace
-    assert list(cluster.relation_files("victim")) == [tablespace]
-    assert cluster.amcheck(relations=["victim"]) == []
-    assert cluster.orphan_files() == []
-
-
-def move_again_succeeds(cluster, expected_hash):
-    job = start_move(cluster, "victim", "ts_b", max_rate_mb=0)
-    assert wait_job(cluster, job, 120) == "done", job_row(cluster, job)
-    assert cluster.row_hash("victim", "id") == expected_hash
-    assert_moved_cleanly(cluster, "victim", "ts_b")
+from moves import (assert_intact_in, assert_moved_cleanly, job_row, make_table,
+                   move_again_succeeds, move_victim_while_copying, start_move,
+                   tablespace_of, wait_for, wait_for_state, wait_job)
 
 
 @pytest.mark.parametrize("phase", ["copying", "catching_up"])
@@ -272,3 +243,102 @@ def test_cancel_table_job_cancels_its_queued_index_jobs(primary):
         "not started: job %d, which it was queued behind, was cancelled" % job
     assert tablespace_of(primary, "victim_pkey") == index_home != "ts_b"
     assert_intact_in(primary, "ts_a", expected)
+
+
+@pytest.fixture
+def full_tablespace(primary):
+    """A tablespace ts_full on an 8 MB tmpfs: a move of victim into it runs
+    out of space.  Skipped where tmpfs cannot be mounted (not root)."""
+    location = os.path.join(primary.tablespace_root, "full")
+    make_server_dir(location)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700",
+                              "tmpfs", location], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs for a full disk: %s" % mounted.stderr.strip())
+    try:
+        chown_to_server_user(location)
+        primary.sql("CREATE TABLESPACE ts_full LOCATION '%s'" % location)
+        yield "ts_full"
+    finally:
+        primary.stop("immediate")
+        subprocess.run(["umount", "-l", location], check=False)
+
+
+def test_disk_full_fails_the_table_and_keeps_its_indexes(primary, full_tablespace):
+    """with_indexes into a tablespace that fills up: the table's job fails
+    with the disk's error, its index job never starts, the index stays
+    where it was, the tablespace is left empty, and a move elsewhere works."""
+    expected = make_table(primary)
+    index_home = tablespace_of(primary, "victim_pkey")
+    job = start_move(primary, "victim", full_tablespace, max_rate_mb=0, with_indexes=True)
+    index_job = primary.sql_scalar("SELECT job_id FROM tsmove.job WHERE parent_job = %s", (job,))
+    assert wait_job(primary, job, 60) == "failed"
+    assert "No space left on device" in job_row(primary, job)["error"]
+    assert wait_job(primary, index_job, 30) == "cancelled"
+    assert job_row(primary, index_job)["error"] == \
+        "not started: job %d, which it was queued behind, was failed" % job
+    assert tablespace_of(primary, "victim_pkey") == index_home
+    assert_intact_in(primary, "ts_a", expected)
+    primary.sql("DROP TABLESPACE %s" % full_tablespace)    # nothing of ours left in it
+    move_again_succeeds(primary, expected)
+
+
+def test_cancelling_one_index_job_leaves_the_others(primary):
+    """Cancelling one index job of a with_indexes chain ends that job only:
+    the index jobs after it still run."""
+    primary.sql("""
+        CREATE TABLE chained (id int PRIMARY KEY, a int, b int) TABLESPACE ts_a;
+        INSERT INTO chained SELECT g, g % 97, g * 2 FROM generate_series(1, 200000) g;
+        CREATE INDEX chained_a ON chained (a) TABLESPACE ts_a;
+        CREATE INDEX chained_b ON chained (b) TABLESPACE ts_a""")
+    expected = primary.row_hash("chained", "id")
+    home = {name: tablespace_of(primary, name)
+            for name in ("chained_pkey", "chained_a", "chained_b")}
+    job = start_move(primary, "chained", "ts_b", max_rate_mb=0.5, with_indexes=True)
+    primary.sql("SELECT tsmove.set_rate(%s, 0)", (job,))
+    index_jobs = dict(primary.sql(
+        "SELECT relname, job_id FROM tsmove.job WHERE parent_job = %s", (job,)))
+    assert sorted(index_jobs) == ["public.chained_a", "public.chained_b", "public.chained_pkey"]
+    first = min(index_jobs.values())
+    wait_for_state(primary, first, ("copying", "catching_up"), 60)
+    assert primary.sql_scalar("SELECT tsmove.cancel(%s)", (first,)) is True
+    assert wait_job(primary, first, 30) == "cancelled", job_row(primary, first)
+    for relname, index_job in index_jobs.items():
+        if index_job != first:
+            primary.sql("SELECT tsmove.set_rate(%s, 0)", (index_job,))
+            assert wait_job(primary, index_job, 60) == "done", relname
+    placed = dict(primary.sql(
+        "SELECT relname, job_id FROM tsmove.job WHERE parent_job = %s", (job,)))
+    for relname, index_job in placed.items():
+        want = home[relname.split(".")[1]] if index_job == first else "ts_b"
+        assert tablespace_of(primary, relname) == want, relname
+    assert tablespace_of(primary, "chained") == "ts_b"
+    assert primary.row_hash("chained", "id") == expected
+    assert primary.amcheck(relations=["chained"]) == []
+    assert primary.orphan_files() == []
+
+
+def test_error_after_the_switch_commit_keeps_the_new_files(primary):
+    """The worker is stopped after the switch committed and before it could
+    record the end (the extension is dropped meanwhile, so even the row is
+    gone): the abort path must not drop the new files, which are the
+    table's storage now."""
+    expected = make_table(primary)
+    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'warming'")
+    primary.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
+    wait_for(lambda: "job %d pauses at warming" % job in primary.log_contents(),
+             60, what="the worker to pause after the switch")
+    pid = primary.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
+    primary.sql("DROP EXTENSION pg_tsmove")
+    primary.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_for(lambda: "could not record the end of job %d (done)" % job in primary.log_contents(),
+             30, what="the worker to give up on the job row")
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    primary.sql("SELECT pg_reload_conf()")
+    assert primary.row_hash("victim", "id") == expected
+    assert tablespace_of(primary, "victim") == "ts_b"
+    assert list(primary.relation_files("victim")) == ["ts_b"]
+    assert primary.amcheck(relations=["victim"]) == []
+    assert primary.orphan_files() == []
