@@ -6,8 +6,10 @@
 
 EXTVERSION   = 0.2
 MODULE_big   = pg_tsmove
-OBJS         = src/pg_tsmove.o src/job.o src/jobrecord.o src/worker.o src/copy.o \
-               src/mirror.o src/switch.o src/launcher.o
+OBJS         = src/pg_tsmove.o src/job.o src/tsjobs.o src/jobrecord.o src/jobctl.o \
+               src/worker.o src/fileset.o src/copy.o src/mirror.o \
+               src/relmove.o src/switch.o src/relocate.o src/dbcatalog.o \
+               src/launcher.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src

@@ -13,11 +13,34 @@
 -- ---- engine: job record, queue, security (issues 6, 7, 9) -----------------
 
 /*
- * One unfinished job per relation: move() checks first, and this index
+ * Jobs of two kinds: 'move' (one relation) and 'relocate' (a whole
+ * tablespace, to a new directory: relid 0, relname the tablespace's name,
+ * relkind 't', source and target both the tablespace; old_location is
+ * recorded before the first file is written, new_location on submission).
+ * Mode 'exclusive' moves a relation under AccessExclusiveLock (unlogged
+ * relations).  State 'skipped': move_tablespace() recorded a relation it
+ * cannot move, with the reason in error.  blocks_under_lock: blocks copied
+ * while the switch held its locks.
+ */
+ALTER TABLE tsmove.job
+    ADD COLUMN job_kind text NOT NULL DEFAULT 'move',
+    ADD COLUMN old_location text,
+    ADD COLUMN new_location text,
+    ADD COLUMN blocks_under_lock bigint NOT NULL DEFAULT 0,
+    DROP CONSTRAINT job_state_check,
+    ADD CONSTRAINT job_state_check CHECK (state IN
+        ('queued', 'preparing', 'copying', 'catching_up', 'switching',
+         'warming', 'done', 'failed', 'cancelled', 'skipped')),
+    DROP CONSTRAINT job_mode_check,
+    ADD CONSTRAINT job_mode_check CHECK (mode IN ('online', 'quiesce', 'exclusive')),
+    ADD CONSTRAINT job_kind_check CHECK (job_kind IN ('move', 'relocate'));
+
+/*
+ * One unfinished move per relation: move() checks first, and this index
  * stops two transactions that checked at the same time.
  */
 CREATE UNIQUE INDEX job_one_active_per_relation ON tsmove.job (relid)
-    WHERE state NOT IN ('done', 'failed', 'cancelled');
+    WHERE job_kind = 'move' AND state NOT IN ('done', 'failed', 'cancelled', 'skipped');
 
 /*
  * Logical replication (see src/jobrecord.c): FOR ALL TABLES publications
@@ -34,6 +57,27 @@ CREATE TRIGGER job_ignore_replicated_change
     FOR EACH ROW EXECUTE FUNCTION tsmove.job_ignore_replicated_change();
 ALTER TABLE tsmove.job ENABLE REPLICA TRIGGER job_ignore_replicated_change;
 
+CREATE FUNCTION tsmove.relocate_tablespace(tablespace pg_catalog.name,
+                                           new_location pg_catalog.text,
+                                           max_rate_mb pg_catalog.numeric DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tsm_relocate_tablespace'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tsmove.relocate_tablespace(pg_catalog.name, pg_catalog.text, pg_catalog.numeric) IS
+    'move every file of a tablespace, in every database, to a new directory while it is in use; returns the job id';
+REVOKE ALL ON FUNCTION tsmove.relocate_tablespace(pg_catalog.name, pg_catalog.text, pg_catalog.numeric) FROM PUBLIC;
+
+CREATE FUNCTION tsmove.move_tablespace(source pg_catalog.name,
+                                       target pg_catalog.name,
+                                       mode pg_catalog.text DEFAULT 'online',
+                                       max_rate_mb pg_catalog.numeric DEFAULT NULL)
+RETURNS SETOF bigint
+AS 'MODULE_PATHNAME', 'tsm_move_tablespace'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tsmove.move_tablespace(pg_catalog.name, pg_catalog.name, pg_catalog.text, pg_catalog.numeric) IS
+    'queue a move to target of every relation of this database stored in source; returns the job ids';
+REVOKE ALL ON FUNCTION tsmove.move_tablespace(pg_catalog.name, pg_catalog.name, pg_catalog.text, pg_catalog.numeric) FROM PUBLIC;
+
 /* Why the queued jobs of this database wait (tsmove.jobs shows it). */
 CREATE FUNCTION tsmove.queue_note()
 RETURNS text
@@ -42,9 +86,36 @@ LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION tsmove.queue_note() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION tsmove.queue_note() TO pg_monitor;
 
-CREATE OR REPLACE VIEW tsmove.jobs AS
+/* job_progress() gains a column; the view that uses it is rebuilt. */
+DROP VIEW tsmove.jobs;
+DROP FUNCTION tsmove.job_progress();
+
+CREATE FUNCTION tsmove.job_progress(
+    OUT job_id bigint,
+    OUT pid integer,
+    OUT state text,
+    OUT blocks_total bigint,
+    OUT blocks_copied bigint,
+    OUT blocks_recopied bigint,
+    OUT dirty_backlog bigint,
+    OUT bytes_written bigint,
+    OUT wal_bytes bigint,
+    OUT rate_mb_s double precision,
+    OUT max_rate_mb double precision,
+    OUT switch_attempts integer,
+    OUT lock_wait_ms double precision,
+    OUT switch_ms double precision,
+    OUT note text,
+    OUT blocks_under_lock bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tsm_job_progress'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tsmove.job_progress() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tsmove.job_progress() TO pg_monitor;
+
+CREATE VIEW tsmove.jobs AS
 SELECT j.job_id,
-       j.relid::pg_catalog.regclass AS relation,
+       CASE WHEN j.job_kind = 'move' THEN j.relid::pg_catalog.regclass END AS relation,
        j.relname,
        j.relkind,
        coalesce(src.spcname, j.source_tablespace::pg_catalog.text::pg_catalog.name) AS source_tablespace,
@@ -63,7 +134,8 @@ SELECT j.job_id,
             THEN pg_catalog.make_interval(secs =>
                  (p.blocks_total - p.blocks_copied)::double precision
                  * pg_catalog.current_setting('block_size')::double precision
-                 * 2 / (p.rate_mb_s * 1048576))
+                 * CASE j.job_kind WHEN 'move' THEN 2 ELSE 1 END
+                 / (p.rate_mb_s * 1048576))
        END AS eta,
        coalesce(p.switch_attempts, j.switch_attempts) AS switch_attempts,
        coalesce(p.lock_wait_ms, j.lock_wait_ms) AS lock_wait_ms,
@@ -78,11 +150,16 @@ SELECT j.job_id,
                      THEN 'waits for job ' || j.parent_job || ' (' || parent.relname || ')'
                      WHEN j.state = 'queued'
                      THEN tsmove.queue_note()
-                END) AS error
+                END) AS error,
+       j.job_kind,
+       coalesce(p.blocks_under_lock, j.blocks_under_lock) AS blocks_under_lock,
+       j.old_location,
+       j.new_location
 FROM tsmove.job j
 LEFT JOIN tsmove.job_progress() p ON p.job_id = j.job_id
 LEFT JOIN tsmove.job parent ON parent.job_id = j.parent_job
 LEFT JOIN pg_catalog.pg_tablespace src ON src.oid = j.source_tablespace
 LEFT JOIN pg_catalog.pg_tablespace dst ON dst.oid = j.target_tablespace;
+GRANT SELECT ON tsmove.jobs TO pg_monitor;
 
 -- ---- monitoring: tablespace I/O, co-access, advice, history (issue 8) -----

@@ -21,6 +21,7 @@
 #include "catalog/catalog.h"
 #include "replication/slot.h"
 #include "storage/buf_internals.h"
+#include "storage/bufmgr.h"
 #include "storage/smgr.h"
 
 #if PG_VERSION_NUM < 150000
@@ -47,6 +48,15 @@ typedef Oid TsmRelFileNumber;
 #define TsmRelFileNodeEquals(a, b) RelFileNodeEquals(a, b)
 #endif
 
+/* The relation named by smgr WAL records and by parsed commit/abort records. */
+#if PG_VERSION_NUM >= 160000
+#define TSM_SMGR_XLREC_NODE(xlrec) ((xlrec)->rlocator)
+#define TSM_PARSED_XACT_NODES(parsed) ((parsed).xlocators)
+#else
+#define TSM_SMGR_XLREC_NODE(xlrec) ((xlrec)->rnode)
+#define TSM_PARSED_XACT_NODES(parsed) ((parsed).xnodes)
+#endif
+
 #if PG_VERSION_NUM >= 170000
 #define TSM_INVALID_BACKEND INVALID_PROC_NUMBER
 #else
@@ -69,6 +79,14 @@ static inline SMgrRelation
 tsm_smgropen(TsmRelFileNode node)
 {
 	return smgropen(node, TSM_INVALID_BACKEND);
+}
+
+/* A block of any relation file, through shared buffers, without a relcache entry. */
+static inline Buffer
+tsm_read_buffer(TsmRelFileNode node, ForkNumber fork, BlockNumber blkno,
+				ReadBufferMode mode, BufferAccessStrategy strategy, bool permanent)
+{
+	return ReadBufferWithoutRelcache(node, fork, blkno, mode, strategy, permanent);
 }
 
 /* smgrextend/smgrwrite take a const buffer from 16 on; same arguments. */

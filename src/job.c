@@ -78,10 +78,12 @@ static bool submit_callback_registered = false;
  *		Error out unless rel can move online to target_spc.
  *
  * The caller holds at least AccessShareLock on rel.  Used by move() and
- * again by the worker once it holds its session lock.
+ * again by the worker once it holds its session lock.  An unlogged
+ * relation moves only in exclusive mode: its changes are not WAL-logged,
+ * so they cannot be mirrored.
  */
 void
-tsm_check_movable(Relation rel, Oid target_spc)
+tsm_check_movable(Relation rel, Oid target_spc, TsmMoveMode mode)
 {
 	const char *relname = RelationGetRelationName(rel);
 	Oid			current_spc;
@@ -130,14 +132,20 @@ tsm_check_movable(Relation rel, Oid target_spc)
 				 errmsg("cannot move TOAST index \"%s\" on its own", relname),
 				 errhint("Move the table it belongs to; its TOAST index moves with it.")));
 
-	if (rel->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT)
+	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot move %s relation \"%s\" online",
-						rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP ?
-						"temporary" : "unlogged", relname),
+				 errmsg("cannot move temporary relation \"%s\"", relname),
+				 errdetail("Its pages live in the local buffers of the session that owns it."),
+				 errhint("Use ALTER TABLE ... SET TABLESPACE in that session.")));
+	if (rel->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED &&
+		mode != TSM_MODE_EXCLUSIVE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot move unlogged relation \"%s\" in %s mode",
+						relname, tsm_mode_name(mode)),
 				 errdetail("Changes to it are not WAL-logged, so they cannot be mirrored."),
-				 errhint("Use ALTER TABLE ... SET TABLESPACE, which holds an exclusive lock for the copy.")));
+				 errhint("Use mode => 'exclusive', which holds AccessExclusiveLock for the copy, as ALTER TABLE ... SET TABLESPACE does.")));
 
 	if (IsSystemRelation(rel) || RelationIsMapped(rel) || rel->rd_rel->relisshared)
 		ereport(ERROR,
@@ -191,7 +199,7 @@ tsm_check_move_privileges(Oid relid, const char *relname, Oid target_spc,
 }
 
 /* Server-wide conditions of an online move; errors out if one is unmet. */
-static void
+void
 tsm_check_server_can_move(bool online)
 {
 	if (RecoveryInProgress())
@@ -213,8 +221,23 @@ tsm_check_server_can_move(bool online)
 				 errhint("Raise max_replication_slots and restart the server, or use mode => 'quiesce'.")));
 }
 
+/* The mode argument of move() and move_tablespace(). */
+TsmMoveMode
+tsm_mode_argument(const char *name, bool *known)
+{
+	TsmMoveMode mode = tsm_mode_from_name(name, true, known);
+
+	if (!*known)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown move mode \"%s\"", name),
+				 errhint("Use 'online' (copy while the relation is in use), 'quiesce' (writes wait during the copy) "
+						 "or 'exclusive' (everything waits, for unlogged relations).")));
+	return mode;
+}
+
 /* The byte budget argument: NULL means the GUC's default. */
-static double
+double
 tsm_rate_argument(FunctionCallInfo fcinfo, int argno)
 {
 	double		rate;
@@ -248,6 +271,71 @@ tsm_find_slot_for_job(int64 job_id)
 			return slot;
 	}
 	return NULL;
+}
+
+/*
+ * The job, running in any database or queued in this one, that relocates
+ * tablespace spc; 0 if none.  Caller is in a transaction.
+ */
+int64
+tsm_active_relocation_of(Oid spc)
+{
+	int64		job_id = 0;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < tsm_shared->nslots && job_id == 0; i++)
+	{
+		TsmWorkerSlot *s = &tsm_shared->slots[i];
+
+		if (s->in_use && s->job_id != 0 && s->kind == TSM_KIND_RELOCATE &&
+			s->target_spc == spc)
+			job_id = s->job_id;
+	}
+	LWLockRelease(tsm_shared->lock);
+	if (job_id == 0)
+		job_id = tsm_jobrec_active_job_on_tablespace(spc, TSM_KIND_RELOCATE);
+	return job_id;
+}
+
+/*
+ * The relation move, running in any database or queued in this one, into
+ * or out of tablespace spc; 0 if none.  Caller is in a transaction.
+ */
+int64
+tsm_active_move_on_tablespace(Oid spc)
+{
+	int64		job_id = 0;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < tsm_shared->nslots && job_id == 0; i++)
+	{
+		TsmWorkerSlot *s = &tsm_shared->slots[i];
+
+		if (s->in_use && s->job_id != 0 && s->kind == TSM_KIND_MOVE &&
+			(s->source_spc == spc || s->target_spc == spc))
+			job_id = s->job_id;
+	}
+	LWLockRelease(tsm_shared->lock);
+	if (job_id == 0)
+		job_id = tsm_jobrec_active_job_on_tablespace(spc, TSM_KIND_MOVE);
+	return job_id;
+}
+
+/*
+ * Error out if tablespace spc is being relocated: a relation cannot move
+ * into or out of it meanwhile.  what: "into" or "out of".
+ */
+void
+tsm_check_no_relocation_of(Oid spc, const char *what)
+{
+	int64		job_id = tsm_active_relocation_of(spc);
+
+	if (job_id != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("cannot move a relation %s tablespace \"%s\" while job %lld relocates it",
+						what, get_tablespace_name(spc), (long long) job_id),
+				 errhint("Wait for the relocation to end, then move the relation.")));
 }
 
 /* Error out if a job for relid has not ended yet. */
@@ -297,7 +385,7 @@ tsm_submit_xact_callback(XactEvent event, void *arg)
 	}
 }
 
-static void
+void
 tsm_note_submission(void)
 {
 	if (!submit_callback_registered)
@@ -308,25 +396,35 @@ tsm_note_submission(void)
 	submitted_in_xact = true;
 }
 
-static int64
-tsm_insert_job(Relation rel, Oid target_spc, bool online, double rate,
-			   int64 parent_job)
+/*
+ * Queue a relation move (or, with skip_reason, record one that will not
+ * run and why); returns its job id.  Caller is in the submitting
+ * transaction and has checked everything.
+ */
+int64
+tsm_insert_move(Relation rel, Oid target_spc, TsmMoveMode mode, double rate,
+				int64 parent_job, const char *skip_reason)
 {
 	TsmNewJob	job;
 
+	memset(&job, 0, sizeof(job));
+	job.kind = TSM_KIND_MOVE;
+	job.skip_reason = skip_reason;
 	job.relid = RelationGetRelid(rel);
 	job.relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											 RelationGetRelationName(rel));
 	job.relkind = rel->rd_rel->relkind;
 	job.owner = rel->rd_rel->relowner;
 	job.submitted_by = GetUserId();
-	job.online = online;
+	job.mode = mode;
 	job.source_spc = OidIsValid(rel->rd_rel->reltablespace) ?
 		rel->rd_rel->reltablespace : MyDatabaseTableSpace;
 	job.target_spc = target_spc;
 	job.max_rate_mb = rate;
 	job.relfilenode = TSM_REL(TsmRelationNode(rel));
 	job.parent_job = parent_job;
+	if (skip_reason == NULL)
+		tsm_note_submission();
 	return tsm_jobrec_insert(&job);
 }
 
@@ -345,8 +443,9 @@ tsm_move(PG_FUNCTION_ARGS)
 {
 	Oid			relid;
 	char	   *target;
-	char	   *mode;
-	bool		online;
+	char	   *mode_name;
+	TsmMoveMode mode;
+	bool		mode_known;
 	double		rate;
 	bool		with_indexes;
 	Oid			target_spc;
@@ -364,20 +463,11 @@ tsm_move(PG_FUNCTION_ARGS)
 				 errhint("Call tsmove.move('schema.table', 'tablespace').")));
 	relid = PG_GETARG_OID(0);
 	target = NameStr(*PG_GETARG_NAME(1));
-	mode = PG_ARGISNULL(2) ? "online" : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	mode_name = PG_ARGISNULL(2) ? "online" : text_to_cstring(PG_GETARG_TEXT_PP(2));
 	with_indexes = !PG_ARGISNULL(4) && PG_GETARG_BOOL(4);
-
-	if (strcmp(mode, "online") == 0)
-		online = true;
-	else if (strcmp(mode, "quiesce") == 0)
-		online = false;
-	else
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("unknown move mode \"%s\"", mode),
-				 errhint("Use 'online' (copy while the relation is in use) or 'quiesce' (writes wait during the copy).")));
+	mode = tsm_mode_argument(mode_name, &mode_known);
 	rate = tsm_rate_argument(fcinfo, 3);
-	tsm_check_server_can_move(online);
+	tsm_check_server_can_move(mode == TSM_MODE_ONLINE);
 
 	target_spc = get_tablespace_oid(target, true);
 	if (!OidIsValid(target_spc))
@@ -404,8 +494,12 @@ tsm_move(PG_FUNCTION_ARGS)
 	/* ownership may have changed while we waited for the lock */
 	tsm_check_move_privileges(relid, RelationGetRelationName(rel), target_spc,
 							  GetUserId());
-	tsm_check_movable(rel, target_spc);
+	tsm_check_movable(rel, target_spc, mode);
 	tsm_check_no_active_job(relid, RelationGetRelationName(rel));
+	tsm_check_no_relocation_of(target_spc, "into");
+	tsm_check_no_relocation_of(OidIsValid(rel->rd_rel->reltablespace) ?
+							   rel->rd_rel->reltablespace : MyDatabaseTableSpace,
+							   "out of");
 
 	/* The indexes to move after the table: those not yet in the target. */
 	if (with_indexes && rel->rd_rel->relkind != RELKIND_INDEX)
@@ -418,7 +512,7 @@ tsm_move(PG_FUNCTION_ARGS)
 
 			if (index_spc != target_spc)
 			{
-				tsm_check_movable(index, target_spc);
+				tsm_check_movable(index, target_spc, mode);
 				tsm_check_no_active_job(RelationGetRelid(index),
 										RelationGetRelationName(index));
 				indexes = lappend(indexes, index);
@@ -428,16 +522,15 @@ tsm_move(PG_FUNCTION_ARGS)
 		}
 	}
 
-	job_id = tsm_insert_job(rel, target_spc, online, rate, 0);
+	job_id = tsm_insert_move(rel, target_spc, mode, rate, 0, NULL);
 	foreach(lc, indexes)
 	{
 		Relation	index = (Relation) lfirst(lc);
 
-		tsm_insert_job(index, target_spc, online, rate, job_id);
+		tsm_insert_move(index, target_spc, mode, rate, job_id, NULL);
 		index_close(index, NoLock);
 	}
 	relation_close(rel, NoLock);
-	tsm_note_submission();
 
 	PG_RETURN_INT64(job_id);
 }
@@ -661,8 +754,8 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 	{
 		TsmWorkerSlot *s = &copies[i];
 		TsmProgress *p = &s->progress;
-		Datum		values[15];
-		bool		nulls[15];
+		Datum		values[16];
+		bool		nulls[16];
 
 		memset(nulls, 0, sizeof(nulls));
 		values[0] = Int64GetDatum(s->job_id);
@@ -683,6 +776,7 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 		nulls[13] = (p->switch_ms < 0);
 		values[14] = CStringGetTextDatum(p->note);
 		nulls[14] = (p->note[0] == '\0');
+		values[15] = Int64GetDatum(p->blocks_under_lock);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

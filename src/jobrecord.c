@@ -16,7 +16,9 @@
  *	  own, as SECURITY DEFINER functions are told to: pg_temp is never
  *	  searched for operators or functions, so no name a role can create
  *	  is resolved,
- *	- flag this backend as pg_tsmove's own writer (see below).
+ *	- flag this backend as pg_tsmove's own writer (see below),
+ *	- push a snapshot of their own if the caller has none (a worker calls
+ *	  them between lock waits, where it must not hold one).
  * The statements name tsmove.job qualified and take every value as a
  * parameter, never as SQL text.  An error in between is safe: (sub)
  * transaction abort restores the user, the GUCs and SPI.
@@ -58,7 +60,7 @@ PG_FUNCTION_INFO_V1(tsm_job_ignore_replicated_change);
 #define TSM_SAFE_SEARCH_PATH "pg_catalog, pg_temp"
 
 /* The states in which a job has ended. */
-#define TSM_FINAL_STATES_SQL "('done', 'failed', 'cancelled')"
+#define TSM_FINAL_STATES_SQL "('done', 'failed', 'cancelled', 'skipped')"
 
 /* Nonzero while pg_tsmove runs its own statements on the job table. */
 static int	jobsql_depth = 0;
@@ -69,6 +71,7 @@ typedef struct JobSql
 	Oid			save_userid;
 	int			save_sec;
 	int			guc_nestlevel;
+	bool		pushed_snapshot;	/* the caller had no active snapshot */
 	MemoryContext caller_cxt;	/* results are copied here */
 } JobSql;
 
@@ -106,6 +109,10 @@ jobsql_begin(JobSql *ctx)
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
 	jobsql_depth++;
+	/* a statement's own snapshot, if the caller holds none */
+	ctx->pushed_snapshot = !ActiveSnapshotSet();
+	if (ctx->pushed_snapshot)
+		PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 }
@@ -114,6 +121,8 @@ static void
 jobsql_end(JobSql *ctx)
 {
 	SPI_finish();
+	if (ctx->pushed_snapshot)
+		PopActiveSnapshot();
 	jobsql_depth--;
 	AtEOXact_GUC(true, ctx->guc_nestlevel);
 	SetUserIdAndSecContext(ctx->save_userid, ctx->save_sec);
@@ -191,13 +200,15 @@ jobsql_end_chain(int64 job_id, TsmJobState state)
 int64
 tsm_jobrec_insert(const TsmNewJob *job)
 {
-	Oid			argtypes[11] = {OIDOID, TEXTOID, CHAROID, OIDOID, OIDOID,
-		TEXTOID, OIDOID, OIDOID, FLOAT8OID, OIDOID, INT8OID};
-	Datum		values[11];
-	char		nulls[11];
+	Oid			argtypes[15] = {OIDOID, TEXTOID, CHAROID, OIDOID, OIDOID,
+		TEXTOID, OIDOID, OIDOID, FLOAT8OID, OIDOID, INT8OID, TEXTOID,
+	TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[15];
+	char		nulls[15];
 	JobSql		ctx;
 	bool		isnull;
 	int64		job_id;
+	bool		relocation = (job->kind == TSM_KIND_RELOCATE);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = ObjectIdGetDatum(job->relid);
@@ -205,7 +216,7 @@ tsm_jobrec_insert(const TsmNewJob *job)
 	values[2] = CharGetDatum(job->relkind);
 	values[3] = ObjectIdGetDatum(job->owner);
 	values[4] = ObjectIdGetDatum(job->submitted_by);
-	values[5] = CStringGetTextDatum(job->online ? "online" : "quiesce");
+	values[5] = CStringGetTextDatum(tsm_mode_name(job->mode));
 	values[6] = ObjectIdGetDatum(job->source_spc);
 	values[7] = ObjectIdGetDatum(job->target_spc);
 	values[8] = Float8GetDatum(job->max_rate_mb);
@@ -213,14 +224,29 @@ tsm_jobrec_insert(const TsmNewJob *job)
 	values[10] = Int64GetDatum(job->parent_job);
 	if (job->parent_job == 0)
 		nulls[10] = 'n';
+	values[11] = CStringGetTextDatum(relocation ? "relocate" : "move");
+	if (job->new_location)
+		values[12] = CStringGetTextDatum(job->new_location);
+	else
+		nulls[12] = 'n';
+	values[13] = CStringGetTextDatum(job->skip_reason ? "skipped" : "queued");
+	if (job->skip_reason)
+		values[14] = CStringGetTextDatum(job->skip_reason);
+	else
+		nulls[14] = 'n';
 
 	jobsql_begin(&ctx);
 	jobsql_run("INSERT INTO tsmove.job (relid, relname, relkind, owner, "
 			   "submitted_by, mode, source_tablespace, target_tablespace, "
-			   "max_rate_mb, members, old_relfilenodes, parent_job) "
+			   "max_rate_mb, members, old_relfilenodes, parent_job, job_kind, "
+			   "new_location, state, error, finished_at) "
 			   "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-			   "ARRAY[$1], ARRAY[$10], $11) RETURNING job_id",
-			   11, argtypes, values, nulls, false, 1, SPI_OK_INSERT_RETURNING);
+			   "CASE WHEN $12 = 'move' THEN ARRAY[$1] ELSE '{}' END, "
+			   "CASE WHEN $12 = 'move' THEN ARRAY[$10] ELSE '{}' END, "
+			   "$11, $12, $13, $14, $15, "
+			   "CASE WHEN $14 = 'skipped' THEN pg_catalog.clock_timestamp() END) "
+			   "RETURNING job_id",
+			   15, argtypes, values, nulls, false, 1, SPI_OK_INSERT_RETURNING);
 	job_id = DatumGetInt64(jobsql_value(0, 1, &isnull));
 	jobsql_end(&ctx);
 	return job_id;
@@ -263,7 +289,7 @@ tsm_jobrec_read(int64 job_id, bool latest, TsmJobInfo *info)
 	return found;
 }
 
-/* The job that has not ended for relid, or 0. */
+/* The relation move of relid that has not ended, or 0. */
 int64
 tsm_jobrec_active_job(Oid relid)
 {
@@ -274,8 +300,38 @@ tsm_jobrec_active_job(Oid relid)
 
 	jobsql_begin(&ctx);
 	jobsql_run("SELECT job_id FROM tsmove.job WHERE relid = $1 "
-			   "AND state NOT IN " TSM_FINAL_STATES_SQL,
+			   "AND job_kind = 'move' AND state NOT IN " TSM_FINAL_STATES_SQL,
 			   1, &argtype, &arg, NULL, true, 1, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+
+		job_id = DatumGetInt64(jobsql_value(0, 1, &isnull));
+	}
+	jobsql_end(&ctx);
+	return job_id;
+}
+
+/*
+ * A job of this database that has not ended and involves tablespace spc:
+ * of kind TSM_KIND_RELOCATE, a relocation of it; of kind TSM_KIND_MOVE, a
+ * relation move into or out of it.  0 if none.
+ */
+int64
+tsm_jobrec_active_job_on_tablespace(Oid spc, TsmJobKind kind)
+{
+	Oid			argtypes[2] = {OIDOID, TEXTOID};
+	Datum		values[2];
+	JobSql		ctx;
+	int64		job_id = 0;
+
+	values[0] = ObjectIdGetDatum(spc);
+	values[1] = CStringGetTextDatum(kind == TSM_KIND_RELOCATE ? "relocate" : "move");
+	jobsql_begin(&ctx);
+	jobsql_run("SELECT job_id FROM tsmove.job WHERE job_kind = $2 "
+			   "AND (source_tablespace = $1 OR target_tablespace = $1) "
+			   "AND state NOT IN " TSM_FINAL_STATES_SQL " ORDER BY job_id LIMIT 1",
+			   2, argtypes, values, NULL, true, 1, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 	{
 		bool		isnull;
@@ -315,22 +371,26 @@ tsm_jobrec_claim_next(TsmClaimedJob *claimed)
 			   " FOR UPDATE SKIP LOCKED) "
 			   "RETURNING job_id, relid, relname, mode, source_tablespace, "
 			   "target_tablespace, max_rate_mb::pg_catalog.float8, "
-			   "old_relfilenodes[1], submitted_by",
+			   "COALESCE(old_relfilenodes[1], 0), submitted_by, job_kind, new_location",
 			   0, NULL, NULL, NULL, false, 1, SPI_OK_UPDATE_RETURNING);
 	found = (SPI_processed == 1);
 	if (found)
 	{
 		bool		isnull;
+		bool		known;
 
 		claimed->job_id = DatumGetInt64(jobsql_value(0, 1, &isnull));
 		claimed->relid = DatumGetObjectId(jobsql_value(0, 2, &isnull));
 		claimed->relname = jobsql_text(&ctx, 0, 3);
-		claimed->online = (strcmp(jobsql_text(&ctx, 0, 4), "online") == 0);
+		claimed->mode = tsm_mode_from_name(jobsql_text(&ctx, 0, 4), false, &known);
 		claimed->source_spc = DatumGetObjectId(jobsql_value(0, 5, &isnull));
 		claimed->target_spc = DatumGetObjectId(jobsql_value(0, 6, &isnull));
 		claimed->max_rate_mb = DatumGetFloat8(jobsql_value(0, 7, &isnull));
 		claimed->submitted_relfilenode = DatumGetObjectId(jobsql_value(0, 8, &isnull));
 		claimed->submitted_by = DatumGetObjectId(jobsql_value(0, 9, &isnull));
+		claimed->kind = strcmp(jobsql_text(&ctx, 0, 10), "relocate") == 0 ?
+			TSM_KIND_RELOCATE : TSM_KIND_MOVE;
+		claimed->new_location = jobsql_text(&ctx, 0, 11);
 	}
 	jobsql_end(&ctx);
 	return found;
@@ -399,16 +459,33 @@ tsm_jobrec_record_storage(int64 job_id, int nmembers, const Oid *members,
 }
 
 /*
+ * Record where a relocation's files are before it writes any: after a
+ * crash this is the record of what to remove (the new location is in the
+ * row since submission).
+ */
+void
+tsm_jobrec_record_old_location(int64 job_id, const char *old_location)
+{
+	Oid			argtypes[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = CStringGetTextDatum(old_location);
+	(void) jobsql_update("UPDATE tsmove.job SET old_location = $2 WHERE job_id = $1",
+						 2, argtypes, values, NULL);
+}
+
+/*
  * Save a job's state, error (NULL clears it) and counters in its row.
  * Final states stamp finished_at, and failed or cancelled ends the chain.
  */
 void
 tsm_jobrec_save(int64 job_id, const TsmProgress *progress, const char *error)
 {
-	Oid			argtypes[11] = {INT8OID, TEXTOID, TEXTOID, INT8OID, INT8OID,
-		INT8OID, INT8OID, INT8OID, INT4OID, FLOAT8OID, FLOAT8OID};
-	Datum		values[11];
-	char		nulls[11];
+	Oid			argtypes[12] = {INT8OID, TEXTOID, TEXTOID, INT8OID, INT8OID,
+		INT8OID, INT8OID, INT8OID, INT4OID, FLOAT8OID, FLOAT8OID, INT8OID};
+	Datum		values[12];
+	char		nulls[12];
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(job_id);
@@ -427,16 +504,17 @@ tsm_jobrec_save(int64 job_id, const TsmProgress *progress, const char *error)
 	values[10] = Float8GetDatum(progress->switch_ms);
 	if (progress->switch_ms < 0)
 		nulls[10] = 'n';
+	values[11] = Int64GetDatum(progress->blocks_under_lock);
 
 	(void) jobsql_update("UPDATE tsmove.job SET state = $2, error = $3, "
 						 "blocks_total = $4, blocks_copied = $5, blocks_recopied = $6, "
 						 "bytes_written = $7, wal_bytes = $8, switch_attempts = $9, "
-						 "lock_wait_ms = $10, switch_ms = $11, "
+						 "lock_wait_ms = $10, switch_ms = $11, blocks_under_lock = $12, "
 						 "started_at = COALESCE(started_at, pg_catalog.clock_timestamp()), "
 						 "finished_at = CASE WHEN $2 IN " TSM_FINAL_STATES_SQL
 						 " THEN pg_catalog.clock_timestamp() END "
 						 "WHERE job_id = $1",
-						 11, argtypes, values, nulls);
+						 12, argtypes, values, nulls);
 	if (progress->state == TSM_FAILED || progress->state == TSM_CANCELLED)
 		jobsql_end_chain(job_id, progress->state);
 }
@@ -513,7 +591,8 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 	uint64		nrows;
 
 	jobsql_begin(&ctx);
-	jobsql_run("SELECT job_id, state, target_tablespace, new_relfilenodes "
+	jobsql_run("SELECT job_id, state, target_tablespace, new_relfilenodes, "
+			   "job_kind, old_location, new_location "
 			   "FROM tsmove.job WHERE state NOT IN " TSM_FINAL_STATES_SQL
 			   " AND state <> 'queued' ORDER BY job_id FOR UPDATE",
 			   0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT);
@@ -530,6 +609,10 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 		job.job_id = DatumGetInt64(jobsql_value(i, 1, &isnull));
 		job.state = tsm_state_from_name(SPI_getvalue(rows->vals[i], rows->tupdesc, 2));
 		job.target_spc = DatumGetObjectId(jobsql_value(i, 3, &isnull));
+		job.kind = strcmp(SPI_getvalue(rows->vals[i], rows->tupdesc, 5), "relocate") == 0 ?
+			TSM_KIND_RELOCATE : TSM_KIND_MOVE;
+		job.old_location = SPI_getvalue(rows->vals[i], rows->tupdesc, 6);
+		job.new_location = SPI_getvalue(rows->vals[i], rows->tupdesc, 7);
 		nodes = jobsql_value(i, 4, &isnull);
 		if (!isnull)
 		{

@@ -11,34 +11,43 @@
 
 #include "pg_tsmove.h"
 
-/* A job to insert (tsmove.move()). */
+/* The relkind recorded for a tablespace relocation. */
+#define TSM_RELKIND_TABLESPACE 't'
+
+/* A job to insert (move(), move_tablespace(), relocate_tablespace()). */
 typedef struct TsmNewJob
 {
-	Oid			relid;
-	const char *relname;		/* schema-qualified, quoted */
+	TsmJobKind	kind;
+	Oid			relid;			/* 0 for a relocation */
+	const char *relname;		/* schema-qualified and quoted, or the
+								 * tablespace's name */
 	char		relkind;
-	Oid			owner;
+	Oid			owner;			/* the relation's, or the tablespace's */
 	Oid			submitted_by;
-	bool		online;
+	TsmMoveMode mode;
 	Oid			source_spc;
 	Oid			target_spc;
 	double		max_rate_mb;
-	TsmRelFileNumber relfilenode;
+	TsmRelFileNumber relfilenode;	/* what move() saw */
 	int64		parent_job;		/* 0: none */
+	const char *new_location;	/* a relocation's */
+	const char *skip_reason;	/* not NULL: recorded as skipped, with it */
 } TsmNewJob;
 
 /* A job as a worker claims it. */
 typedef struct TsmClaimedJob
 {
 	int64		job_id;
+	TsmJobKind	kind;
 	Oid			relid;
 	char	   *relname;
-	bool		online;
+	TsmMoveMode mode;
 	Oid			source_spc;
 	Oid			target_spc;
 	double		max_rate_mb;
 	TsmRelFileNumber submitted_relfilenode;
 	Oid			submitted_by;
+	char	   *new_location;	/* a relocation's */
 } TsmClaimedJob;
 
 /* A job as tsmove.wait(), cancel() and set_rate() see it. */
@@ -54,10 +63,13 @@ typedef struct TsmJobInfo
 typedef struct TsmUnfinishedJob
 {
 	int64		job_id;
+	TsmJobKind	kind;
 	TsmJobState state;
 	Oid			target_spc;
 	int			nnew;
 	TsmRelFileNumber new_relfilenodes[TSM_MAX_MEMBERS];
+	char	   *old_location;	/* a relocation's, once recorded */
+	char	   *new_location;
 } TsmUnfinishedJob;
 
 typedef void (*TsmUnfinishedJobCallback) (const TsmUnfinishedJob *job, void *arg);
@@ -71,6 +83,8 @@ extern bool tsm_jobrec_has_queued(void);
 extern void tsm_jobrec_record_storage(int64 job_id, int nmembers, const Oid *members,
 									  const TsmRelFileNumber *old_nodes,
 									  const TsmRelFileNumber *new_nodes);
+extern void tsm_jobrec_record_old_location(int64 job_id, const char *old_location);
+extern int64 tsm_jobrec_active_job_on_tablespace(Oid spc, TsmJobKind kind);
 extern void tsm_jobrec_save(int64 job_id, const TsmProgress *progress,
 							const char *error);
 extern void tsm_jobrec_set_state(int64 job_id, TsmJobState state,

@@ -19,7 +19,9 @@
  *	- otherwise the new relfilenodes recorded in the row are dropped with
  *	  RelationDropStorage (WAL replay recreated whatever the dead worker had
  *	  written; the commit record removes it, on standbys too) and the job is
- *	  marked failed, with the jobs chained behind it.
+ *	  marked failed, with the jobs chained behind it;
+ *	- a tablespace relocation is finished or undone by relocate.c, as the
+ *	  tablespace's link says.
  * Then, if the database has queued jobs, it marks the database pending.
  *
  * The queue.  A database is pending when it may have queued jobs that no
@@ -682,6 +684,11 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 
 	if (tsm_job_has_worker(job->job_id))
 		return;
+	if (job->kind == TSM_KIND_RELOCATE)
+	{
+		tsm_recover_relocation(job);
+		return;
+	}
 
 	/*
 	 * A relfilenode pg_class maps is never dropped, whatever the row says.

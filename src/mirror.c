@@ -8,158 +8,240 @@
  * of a permanent relation's page is WAL-logged with a block reference.  The
  * worker reads the WAL from start_lsn (taken before the first page is
  * copied) with the local page reader pg_walinspect uses, and for every
- * block reference naming a member's old relfilenode, main fork, marks the
- * block dirty if it is behind that member's copy cursor.  Blocks ahead of
- * the cursor will be copied anyway.  The new relfilenode's own page images
- * never match.  An XLOG_SMGR_TRUNCATE of an old relfilenode fails the move.
+ * block reference naming a file of the job's set marks the block dirty if
+ * it is behind that file's copy cursor.  Blocks ahead of the cursor will be
+ * copied anyway.  Pages the worker writes itself (a relation move logs them
+ * for the new relfilenode) name no file of the set.
  *
  * Why nothing is missed: a page is changed under an exclusive buffer lock,
  * and its WAL record is inserted before that lock is released; the copy
  * holds a share lock.  So a change the copy did not contain has a record
  * starting after the copy finished, and that record is read later.
  *
+ * A relation move follows nothing else: a truncation of one of its files
+ * fails the job (its session lock keeps every other relfilenode change
+ * away).  A relocation follows the whole tablespace (follow_tablespace):
+ *	- a file it has not seen (XLOG_SMGR_CREATE, or a block reference) is
+ *	  offered to the front end, which adds it;
+ *	- XLOG_SMGR_TRUNCATE truncates the copies (the FSM and VM are copied
+ *	  again whole: their new length is computed, not logged);
+ *	- commit and abort records that drop relfilenodes drop the copies;
+ *	- the visibility map bits a heap record clears carry no block reference
+ *	  of the VM page, so any heap record on block b dirties VM block
+ *	  b / TSM_HEAPBLOCKS_PER_VM_PAGE;
+ *	- CREATE/DROP DATABASE and DROP TABLESPACE records that name the
+ *	  tablespace end the job (foreign_change).
+ *
  * WAL retention: a temporary physical replication slot, created before
  * start_lsn is taken, holds the WAL the reader has yet to read; the reader
  * advances it.  If max_slot_wal_keep_size makes the checkpointer invalidate
- * it, the checkpointer signals this process and the move fails.
+ * it, the move fails.
  *
- * Only the reader reads the dirty sets; no shared state, no locks.
+ * Only the worker reads the dirty sets; no shared state, no locks.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/rmgr.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "access/xlogutils.h"
 #include "catalog/storage_xlog.h"
+#include "commands/dbcommands_xlog.h"
+#include "commands/tablespace.h"
 #include "miscadmin.h"
-#include "port/pg_bitutils.h"
 #include "replication/slot.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "move.h"
+#include "engine.h"
 
 /* How often the slot's restart_lsn follows the reader. */
 #define TSM_SLOT_ADVANCE_MS 1000
 
-/* ---- dirty block sets ---- */
+static bool
+in_followed_tablespace(TsmFileSet *fs, TsmRelFileNode node)
+{
+	return OidIsValid(fs->follow_tablespace) &&
+		TSM_SPC(node) == fs->follow_tablespace;
+}
+
+/* Every file of the set that belongs to node, whatever its fork. */
+static void
+drop_node(TsmFileSet *fs, TsmRelFileNode node)
+{
+	for (ForkNumber fork = 0; fork <= MAX_FORKNUM; fork++)
+	{
+		TsmFile    *f = tsm_fileset_find(fs, node, fork);
+
+		if (f)
+			tsm_file_drop(fs, f);
+	}
+}
 
 static void
-tsm_dirty_add(TsmDirtySet *set, BlockNumber blkno)
+mirror_truncate(TsmFileSet *fs, xl_smgr_truncate *xlrec)
 {
-	uint32		word = blkno / 64;
-	uint64		bit = UINT64CONST(1) << (blkno % 64);
+	TsmRelFileNode node = TSM_SMGR_XLREC_NODE(xlrec);
+	TsmFile    *f;
 
-	if (word >= set->nwords)
+	if (!OidIsValid(fs->follow_tablespace))
 	{
-		uint32		nwords = Max(word + 1, set->nwords * 2);
+		if (tsm_fileset_find(fs, node, MAIN_FORKNUM))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("relation \"%s\" was truncated during its move",
+							fs->ctl->label),
+					 errhint("Submit the move again.")));
+		return;
+	}
+	if ((xlrec->flags & SMGR_TRUNCATE_HEAP) &&
+		(f = tsm_fileset_find(fs, node, MAIN_FORKNUM)) != NULL)
+		tsm_file_truncate(fs, f, xlrec->blkno);
+	if ((xlrec->flags & SMGR_TRUNCATE_FSM) &&
+		(f = tsm_fileset_find(fs, node, FSM_FORKNUM)) != NULL)
+		tsm_file_truncate(fs, f, 0);
+	if ((xlrec->flags & SMGR_TRUNCATE_VM) &&
+		(f = tsm_fileset_find(fs, node, VISIBILITYMAP_FORKNUM)) != NULL)
+		tsm_file_truncate(fs, f, 0);
+}
 
-		if (set->words == NULL)
-			set->words = MemoryContextAllocZero(TopMemoryContext,
-												nwords * sizeof(uint64));
-		else
+static void
+mirror_xact(TsmFileSet *fs, XLogReaderState *reader)
+{
+	uint8		info = XLogRecGetInfo(reader) & XLOG_XACT_OPMASK;
+	int			nrels = 0;
+	TsmRelFileNode *nodes = NULL;
+
+	if (info == XLOG_XACT_COMMIT || info == XLOG_XACT_COMMIT_PREPARED)
+	{
+		xl_xact_parsed_commit parsed;
+
+		ParseCommitRecord(XLogRecGetInfo(reader),
+						  (xl_xact_commit *) XLogRecGetData(reader), &parsed);
+		nrels = parsed.nrels;
+		nodes = TSM_PARSED_XACT_NODES(parsed);
+	}
+	else if (info == XLOG_XACT_ABORT || info == XLOG_XACT_ABORT_PREPARED)
+	{
+		xl_xact_parsed_abort parsed;
+
+		ParseAbortRecord(XLogRecGetInfo(reader),
+						 (xl_xact_abort *) XLogRecGetData(reader), &parsed);
+		nrels = parsed.nrels;
+		nodes = TSM_PARSED_XACT_NODES(parsed);
+	}
+	for (int i = 0; i < nrels; i++)
+		if (in_followed_tablespace(fs, nodes[i]))
+			drop_node(fs, nodes[i]);
+}
+
+static void
+mirror_dbase_or_tblspc(TsmFileSet *fs, XLogReaderState *reader)
+{
+	Oid			spc = fs->follow_tablespace;
+	uint8		info = XLogRecGetInfo(reader) & ~XLR_INFO_MASK;
+	char	   *data = XLogRecGetData(reader);
+
+	if (XLogRecGetRmid(reader) == RM_TBLSPC_ID)
+	{
+		if (info == XLOG_TBLSPC_DROP && ((xl_tblspc_drop_rec *) data)->ts_id == spc)
+			fs->ops->foreign_change(fs, "the tablespace was dropped");
+		return;
+	}
+	if (info == XLOG_DBASE_CREATE_FILE_COPY &&
+		((xl_dbase_create_file_copy_rec *) data)->tablespace_id == spc)
+		fs->ops->foreign_change(fs, "a database was created with files in the tablespace");
+	else if (info == XLOG_DBASE_CREATE_WAL_LOG &&
+			 ((xl_dbase_create_wal_log_rec *) data)->tablespace_id == spc)
+		fs->ops->foreign_change(fs, "a database was created in the tablespace");
+	else if (info == XLOG_DBASE_DROP)
+	{
+		xl_dbase_drop_rec *xlrec = (xl_dbase_drop_rec *) data;
+
+		for (int i = 0; i < xlrec->ntablespaces; i++)
+			if (xlrec->tablespace_ids[i] == spc)
+				fs->ops->foreign_change(fs, "a database with files in the tablespace was dropped");
+	}
+}
+
+/* Apply one decoded record to the file set. */
+static void
+mirror_record(TsmFileSet *fs, XLogReaderState *reader)
+{
+	RmgrId		rmid = XLogRecGetRmid(reader);
+	bool		follow = OidIsValid(fs->follow_tablespace);
+	bool		heap_record = (rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID);
+
+	if (rmid == RM_SMGR_ID)
+	{
+		uint8		info = XLogRecGetInfo(reader) & ~XLR_INFO_MASK;
+
+		if (info == XLOG_SMGR_TRUNCATE)
+			mirror_truncate(fs, (xl_smgr_truncate *) XLogRecGetData(reader));
+		else if (info == XLOG_SMGR_CREATE && follow)
 		{
-			set->words = repalloc(set->words, nwords * sizeof(uint64));
-			memset(set->words + set->nwords, 0,
-				   (nwords - set->nwords) * sizeof(uint64));
-		}
-		set->nwords = nwords;
-	}
-	if ((set->words[word] & bit) == 0)
-	{
-		set->words[word] |= bit;
-		set->count++;
-	}
-}
+			xl_smgr_create *xlrec = (xl_smgr_create *) XLogRecGetData(reader);
 
-/* Remove the lowest dirty block from the set; false if it is empty. */
-bool
-tsm_dirty_take_next(TsmDirtySet *set, BlockNumber *blkno)
-{
-	if (set->count == 0)
-		return false;
-	for (uint32 word = 0; word < set->nwords; word++)
-	{
-		if (set->words[word] != 0)
-		{
-			int			bit = pg_rightmost_one_pos64(set->words[word]);
-
-			set->words[word] &= ~(UINT64CONST(1) << bit);
-			set->count--;
-			*blkno = word * 64 + bit;
-			return true;
+			if (in_followed_tablespace(fs, TSM_SMGR_XLREC_NODE(xlrec)))
+				fs->ops->new_file(fs, TSM_SMGR_XLREC_NODE(xlrec), xlrec->forkNum);
 		}
 	}
-	elog(ERROR, "pg_tsmove dirty set count is %lld but no bit is set",
-		 (long long) set->count);
-	return false;
-}
-
-static void
-tsm_dirty_free(TsmDirtySet *set)
-{
-	if (set->words)
-		pfree(set->words);
-	memset(set, 0, sizeof(*set));
-}
-
-/* ---- the WAL reader ---- */
-
-/* Apply one decoded record to the dirty sets. */
-static void
-tsm_mirror_record(TsmJob *job, XLogReaderState *reader)
-{
-	if (XLogRecGetRmid(reader) == RM_SMGR_ID &&
-		(XLogRecGetInfo(reader) & ~XLR_INFO_MASK) == XLOG_SMGR_TRUNCATE)
-	{
-		xl_smgr_truncate *xlrec = (xl_smgr_truncate *) XLogRecGetData(reader);
-
-		for (int i = 0; i < job->nmembers; i++)
-			if (TsmRelFileNodeEquals(xlrec->rnode, job->members[i].old_node))
-				ereport(ERROR,
-						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("relation \"%s\" was truncated during its move",
-								job->relname),
-						 errhint("Submit the move again.")));
-	}
+	else if (follow && rmid == RM_XACT_ID)
+		mirror_xact(fs, reader);
+	else if (follow && (rmid == RM_DBASE_ID || rmid == RM_TBLSPC_ID))
+		mirror_dbase_or_tblspc(fs, reader);
 
 	for (int block_id = 0; block_id <= XLogRecMaxBlockId(reader); block_id++)
 	{
 		TsmRelFileNode node;
 		ForkNumber	fork;
 		BlockNumber blkno;
+		TsmFile    *f;
 
 		if (!tsm_record_block_tag(reader, block_id, &node, &fork, &blkno))
 			continue;
-		if (fork != MAIN_FORKNUM)
-			continue;
-		for (int i = 0; i < job->nmembers; i++)
+		f = tsm_fileset_find(fs, node, fork);
+		if (f == NULL && in_followed_tablespace(fs, node))
 		{
-			TsmMember  *m = &job->members[i];
+			fs->ops->new_file(fs, node, fork);
+			f = tsm_fileset_find(fs, node, fork);
+		}
+		if (f == NULL || f->gone)
+			continue;
+		if (f->when == TSM_COPY_TRACKED && blkno < f->copy_cursor)
+			tsm_file_mark_dirty(fs, f, blkno);
+		else if (blkno >= f->nblocks)
+			tsm_file_set_extent(fs, f, blkno + 1, f->copy_cursor);	/* it grew */
+		if (follow && heap_record && fork == MAIN_FORKNUM)
+		{
+			TsmFile    *vm = tsm_fileset_find(fs, node, VISIBILITYMAP_FORKNUM);
+			BlockNumber vm_blkno = blkno / TSM_HEAPBLOCKS_PER_VM_PAGE;
 
-			if (TsmRelFileNodeEquals(node, m->old_node) && blkno < m->copy_cursor)
-				tsm_dirty_add(&m->dirty, blkno);
+			if (vm && !vm->gone && vm->when == TSM_COPY_TRACKED &&
+				vm_blkno < vm->copy_cursor)
+				tsm_file_mark_dirty(fs, vm, vm_blkno);
 		}
 	}
 }
 
 /* Let the slot release WAL the reader has consumed. */
 static void
-tsm_mirror_advance_slot(TsmJob *job)
+mirror_advance_slot(TsmMirror *mirror, TsmFileSet *fs)
 {
 	ReplicationSlot *slot = MyReplicationSlot;
-	XLogRecPtr	keep_from = job->mirror.next_lsn;
+	XLogRecPtr	keep_from = mirror->next_lsn;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		invalidated;
 
 	if (slot == NULL || XLogRecPtrIsInvalid(keep_from) ||
-		!TimestampDifferenceExceeds(job->mirror.last_slot_advance, now,
+		!TimestampDifferenceExceeds(mirror->last_slot_advance, now,
 									TSM_SLOT_ADVANCE_MS))
 		return;
-	job->mirror.last_slot_advance = now;
+	mirror->last_slot_advance = now;
 
 	SpinLockAcquire(&slot->mutex);
 	invalidated = tsm_slot_invalidated(slot);
@@ -170,65 +252,69 @@ tsm_mirror_advance_slot(TsmJob *job)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the WAL needed to mirror the move of \"%s\" was removed",
-						job->relname),
+						fs->ctl->label),
 				 errhint("Raise max_slot_wal_keep_size, or give the move a higher rate.")));
 	ReplicationSlotsComputeRequiredLSN();
 }
 
 /*
  * Create the slot, reserve WAL, and take start_lsn: every change from here
- * on is seen.  Must run before the first page is copied.
+ * on is seen.  Must run before the job lists its files and copies the
+ * first page; the reader lives in cxt.
  */
 void
-tsm_mirror_start(TsmJob *job)
+tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt, const char *slot_name)
 {
-	char		slot_name[NAMEDATALEN];
-	MemoryContext oldcxt = MemoryContextSwitchTo(job->cxt);
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 
 	CheckSlotRequirements();
-	snprintf(slot_name, sizeof(slot_name), "pg_tsmove_%u_%lld",
-			 MyDatabaseId, (long long) job->job_id);
 	tsm_create_temporary_slot(slot_name);
-	job->mirror.slot_created = true;
+	mirror->slot_created = true;
 	ReplicationSlotReserveWal();
 	ReplicationSlotsComputeRequiredLSN();
 
-	job->mirror.start_lsn = GetXLogInsertRecPtr();
-	job->mirror.next_lsn = InvalidXLogRecPtr;
-	job->mirror.last_slot_advance = GetCurrentTimestamp();
-	job->mirror.reader =
+	mirror->start_lsn = GetXLogInsertRecPtr();
+	mirror->next_lsn = InvalidXLogRecPtr;
+	mirror->last_slot_advance = GetCurrentTimestamp();
+	mirror->reader =
 		XLogReaderAllocate(wal_segment_size, NULL,
 						   XL_ROUTINE(.page_read = &read_local_xlog_page_no_wait,
 									  .segment_open = &wal_segment_open,
 									  .segment_close = &wal_segment_close),
 						   palloc0(sizeof(ReadLocalXLogPageNoWaitPrivate)));
-	if (job->mirror.reader == NULL)
+	if (mirror->reader == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory"),
 				 errdetail("Failed while allocating a WAL reading processor.")));
+	mirror->started = true;
 	MemoryContextSwitchTo(oldcxt);
 }
 
 /*
- * Read all WAL flushed so far and mark the blocks it changed.  A record
- * not yet completely flushed is read on the next call.
+ * Read all WAL flushed so far and apply it to the file set.  A record not
+ * yet completely flushed is read on the next call.  Does nothing if the
+ * mirror was not started (a job that needs none).
  */
 void
-tsm_mirror_drain(TsmJob *job)
+tsm_mirror_drain(TsmMirror *mirror, TsmFileSet *fs)
 {
-	XLogReaderState *reader = job->mirror.reader;
-	ReadLocalXLogPageNoWaitPrivate *private = reader->private_data;
+	XLogReaderState *reader = mirror->reader;
+	ReadLocalXLogPageNoWaitPrivate *private;
 	long		nrecords = 0;
+	MemoryContext oldcxt;
 
+	if (!mirror->started)
+		return;
+	private = reader->private_data;
 	/* the reader grows its buffers lazily: keep them out of transactions */
-	MemoryContext oldcxt = MemoryContextSwitchTo(job->cxt);
+	oldcxt = MemoryContextSwitchTo(fs->cxt);
 
 	private->end_of_wal = false;
-	if (XLogRecPtrIsInvalid(job->mirror.next_lsn))
+	if (XLogRecPtrIsInvalid(mirror->next_lsn))
 	{
 		/* start_lsn need not be a record boundary: find the first record */
-		XLogRecPtr	first = XLogFindNextRecord(reader, job->mirror.start_lsn);
+		XLogRecPtr	first = XLogFindNextRecord(reader, mirror->start_lsn);
 
 		if (XLogRecPtrIsInvalid(first))
 		{
@@ -236,9 +322,9 @@ tsm_mirror_drain(TsmJob *job)
 			MemoryContextSwitchTo(oldcxt);
 			return;
 		}
-		job->mirror.next_lsn = first;
+		mirror->next_lsn = first;
 	}
-	XLogBeginRead(reader, job->mirror.next_lsn);
+	XLogBeginRead(reader, mirror->next_lsn);
 	private->end_of_wal = false;
 
 	for (;;)
@@ -256,31 +342,30 @@ tsm_mirror_drain(TsmJob *job)
 							LSN_FORMAT_ARGS(reader->EndRecPtr),
 							errormsg ? errormsg : "unknown error")));
 		}
-		tsm_mirror_record(job, reader);
-		job->mirror.next_lsn = reader->EndRecPtr;
+		mirror_record(fs, reader);
+		mirror->next_lsn = reader->EndRecPtr;
 		if (++nrecords % 4096 == 0)
 			CHECK_FOR_INTERRUPTS();
 	}
 	MemoryContextSwitchTo(oldcxt);
-	tsm_mirror_advance_slot(job);
+	mirror_advance_slot(mirror, fs);
 }
 
 /* Drop the slot and the reader; safe to call twice and after errors. */
 void
-tsm_mirror_stop(TsmJob *job)
+tsm_mirror_stop(TsmMirror *mirror)
 {
-	if (job->mirror.reader)
+	if (mirror->reader)
 	{
-		XLogReaderFree(job->mirror.reader);
-		job->mirror.reader = NULL;
+		XLogReaderFree(mirror->reader);
+		mirror->reader = NULL;
 	}
-	if (job->mirror.slot_created)
+	if (mirror->slot_created)
 	{
 		if (MyReplicationSlot != NULL)
 			ReplicationSlotRelease();
 		ReplicationSlotCleanup();
-		job->mirror.slot_created = false;
+		mirror->slot_created = false;
 	}
-	for (int i = 0; i < job->nmembers; i++)
-		tsm_dirty_free(&job->members[i].dirty);
+	mirror->started = false;
 }

@@ -1,130 +1,133 @@
 /*-------------------------------------------------------------------------
  *
  * move.h
- *	  The in-memory state of one running move, shared by the worker's files:
- *	  worker.c (phases, throttle), copy.c (new storage, page copies),
- *	  mirror.c (WAL reader, dirty blocks) and switch.c (the switch, warming);
- *	  and the checks job.c shares with the worker.
+ *	  A running job, and the front ends the worker drives it with.
  *
- * Only the worker process sees a TsmJob; what other backends see is
- * published to its TsmWorkerSlot by tsm_publish_progress().
+ * worker.c drives every job through the same phases; what differs between
+ * moving a relation and relocating a tablespace is behind TsmFrontEnd:
+ *
+ *	prepare			take what the job holds for its whole life, list its
+ *					files in the file set, record in the job row what a crash
+ *					would leave behind, create the destination
+ *	guard			before a batch of one file's blocks is read, in the
+ *					batch's transaction: lock its relation if the job does
+ *					not hold it yet (TSM_GUARD_LOCKED: the worker then reads
+ *					the WAL before reading blocks), or say not now
+ *	switch_lock		take the switch's locks, each within
+ *					pg_tsmove.switch_lock_timeout; false if one was not
+ *					granted (nothing held then)
+ *	switch_check	with the locks held and the WAL read to its end: whether
+ *					the switch can go on; may add files to copy under the
+ *					locks; false, with a note, to try again later
+ *	switch_release	give the locks back after switch_check said no
+ *	switch_commit	make the new files the ones in use; from its point of
+ *					no return on, job->switch_committed is true
+ *	finish			after the switch: warm the cache, remove the old files
+ *	cleanup			after an error: remove what prepare created unless the
+ *					switch committed, release what the job holds
+ *
+ * Between switch_check and switch_commit the worker flushes the WAL, reads
+ * it to the end, copies every dirty and pending block and the files copied
+ * under the locks, and fsyncs the destination.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef TSM_MOVE_H
 #define TSM_MOVE_H
 
-#include "pg_tsmove.h"
+#include "engine.h"
+#include "jobrecord.h"
 
-#include "access/xlogreader.h"
-#include "storage/bufmgr.h"
+typedef struct TsmJob TsmJob;
 
-/* Blocks of one file that changed after they were copied. */
-typedef struct TsmDirtySet
+typedef enum TsmGuard
 {
-	uint64	   *words;
-	uint32		nwords;
-	int64		count;
-} TsmDirtySet;
+	TSM_GUARD_SKIP,				/* not now: leave the file for a later batch */
+	TSM_GUARD_OK,				/* the job holds its relation already */
+	TSM_GUARD_LOCKED			/* locked now: read the WAL before its blocks */
+} TsmGuard;
 
-/* One file set that moves: the relation, its TOAST table or TOAST index. */
-typedef struct TsmMember
+typedef struct TsmFrontEnd
 {
-	Oid			relid;
-	bool		standard_pages; /* heap or btree: pages have pd_lower/upper */
-	TsmRelFileNode old_node;
-	TsmRelFileNode new_node;
-	BlockNumber copy_cursor;	/* blocks [0, copy_cursor) are copied */
-	BlockNumber nblocks;		/* length of the old main fork, last seen */
-	TsmDirtySet dirty;
-	BlockNumber *warm_blocks;	/* blocks of the old file in shared buffers */
-	int			nwarm;
-} TsmMember;
+	void		(*prepare) (TsmJob *job);
+	TsmGuard	(*guard) (TsmJob *job, TsmFile *f);
+	bool		(*switch_lock) (TsmJob *job);
+	bool		(*switch_check) (TsmJob *job);
+	void		(*switch_release) (TsmJob *job);
+	void		(*switch_commit) (TsmJob *job);
+	void		(*finish) (TsmJob *job);
+	void		(*cleanup) (TsmJob *job);
+} TsmFrontEnd;
 
-/* The WAL reader that turns changes of copied blocks into dirty blocks. */
-typedef struct TsmMirror
+struct TsmJob
 {
-	XLogReaderState *reader;
-	XLogRecPtr	start_lsn;		/* changes from here on are seen */
-	XLogRecPtr	next_lsn;		/* start of the next record to decode, or
-								 * invalid until the first one is found */
-	TimestampTz last_slot_advance;
-	bool		slot_created;
-} TsmMirror;
-
-typedef struct TsmJob
-{
-	int64		job_id;
-	Oid			relid;
-	char	   *relname;
-	Oid			source_spc;		/* real tablespace OIDs, never 0 */
-	Oid			target_spc;
-	char	   *target_name;
-	Oid			submitted_by;	/* the worker acts as this role */
-	TsmRelFileNumber submitted_relfilenode;	/* what move() saw */
-	bool		online;			/* false: quiesce mode */
-	int			nmembers;
-	TsmMember	members[TSM_MAX_MEMBERS];
-	bool		storage_created;
-	bool		switch_committed;	/* the switch's commit record is written:
-									 * the new files are the relation's */
-	bool		session_locked;
+	TsmClaimedJob row;			/* what the job row says */
+	TsmJobCtl	ctl;
+	TsmFileSet	files;
 	TsmMirror	mirror;
-	BufferAccessStrategy strategy;
+	bool		needs_mirror;	/* false: nothing can change while it copies */
+	const TsmFrontEnd *front;
+	void	   *state;			/* the front end's */
+	TimestampTz lock_granted;	/* of the switch attempt under way */
+	bool		switch_committed;	/* the new files are the ones in use */
 	MemoryContext cxt;			/* lives as long as the job */
+};
 
-	/* throttle */
-	double		max_rate_mb;
-	TimestampTz budget_start;
-	int64		budget_spent;
+/* The two front ends. */
+extern const TsmFrontEnd tsm_relation_move;
+extern const TsmFrontEnd tsm_tablespace_relocation;
 
-	/* counters */
-	int64		blocks_recopied;
-	int64		bytes_written;
-	int64		wal_bytes;
-	int64		wal_usage_at_start;
-	int			switch_attempts;
-	double		lock_wait_ms;
-	double		switch_ms;
-	TimestampTz rate_sample_time;
-	int64		rate_sample_bytes;
-	double		rate_mb_s;
-	TsmJobState state;
-	char		note[TSM_NOTE_LEN];
-} TsmJob;
-
-/* job.c */
-extern void tsm_check_movable(Relation rel, Oid target_spc);
+/* job.c: checks shared with the worker and tsjobs.c */
+extern void tsm_check_server_can_move(bool online);
+extern double tsm_rate_argument(FunctionCallInfo fcinfo, int argno);
+extern TsmMoveMode tsm_mode_argument(const char *name, bool *known);
+extern void tsm_note_submission(void);
+extern int64 tsm_insert_move(Relation rel, Oid target_spc, TsmMoveMode mode,
+							 double rate, int64 parent_job, const char *skip_reason);
+extern int64 tsm_active_relocation_of(Oid spc);
+extern void tsm_check_movable(Relation rel, Oid target_spc, TsmMoveMode mode);
 extern void tsm_check_move_privileges(Oid relid, const char *relname,
 									  Oid target_spc, Oid role);
 extern TsmWorkerSlot *tsm_find_slot_for_job(int64 job_id);
+extern void tsm_check_no_relocation_of(Oid spc, const char *what);
+extern int64 tsm_active_move_on_tablespace(Oid spc);
 
 /* worker.c */
-extern TsmWorkerSlot *tsm_my_slot;
-extern void tsm_check_for_cancel(TsmJob *job);
-extern void tsm_account_write(TsmJob *job, bool throttled);
-extern void tsm_publish_progress(TsmJob *job, bool force);
-extern void tsm_set_state(TsmJob *job, TsmJobState state);
-extern int64 tsm_job_dirty_backlog(TsmJob *job);
-extern void tsm_debug_pause(TsmJob *job, const char *phase);
 extern void tsm_worker_session_settings(void);
 
-/* copy.c */
-extern void tsm_create_new_storage(TsmJob *job);
+/* switch.c: the relation move's switch and warming */
+extern bool tsm_relation_switch_lock(TsmJob *job);
+extern bool tsm_relation_switch_check(TsmJob *job);
+extern void tsm_relation_switch_release(TsmJob *job);
+extern void tsm_relation_switch_commit(TsmJob *job);
+extern void tsm_relation_warm(TsmJob *job);
+
+/* relmove.c, for switch.c */
+typedef struct TsmRelMember
+{
+	Oid			relid;
+	char		relpersistence;
+	bool		standard_pages; /* heap or btree: pages have pd_lower/upper */
+	TsmRelFileNode old_node;
+	TsmRelFileNode new_node;
+	BlockNumber *warm_blocks;	/* blocks of the old file in shared buffers */
+	int			nwarm;
+} TsmRelMember;
+
+typedef struct TsmRelMove
+{
+	int			nmembers;		/* the relation, its TOAST table and index */
+	TsmRelMember members[TSM_MAX_MEMBERS];
+	char	   *target_name;
+	bool		storage_created;
+	bool		session_locked;
+} TsmRelMove;
+
 extern void tsm_drop_storage(TsmRelFileNode node);
-extern int64 tsm_copy_pending(TsmJob *job, TsmMember *m, int64 max_blocks,
-							  bool include_dirty, bool throttled);
-extern void tsm_copy_extra_forks(TsmJob *job);
-extern void tsm_sync_new_storage(TsmJob *job);
 
-/* mirror.c */
-extern bool tsm_dirty_take_next(TsmDirtySet *set, BlockNumber *blkno);
-extern void tsm_mirror_start(TsmJob *job);
-extern void tsm_mirror_drain(TsmJob *job);
-extern void tsm_mirror_stop(TsmJob *job);
-
-/* switch.c */
-extern bool tsm_try_switch(TsmJob *job);
-extern void tsm_warm_new_storage(TsmJob *job);
+/* relocate.c */
+extern char *tsm_check_relocatable(Oid spc, const char *spcname,
+								   const char *new_location);
+extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
 
 #endif							/* TSM_MOVE_H */

@@ -52,6 +52,13 @@ static const char *const state_names[] = {
 	[TSM_DONE] = "done",
 	[TSM_FAILED] = "failed",
 	[TSM_CANCELLED] = "cancelled",
+	[TSM_SKIPPED] = "skipped",
+};
+
+static const char *const mode_names[] = {
+	[TSM_MODE_ONLINE] = "online",
+	[TSM_MODE_QUIESCE] = "quiesce",
+	[TSM_MODE_EXCLUSIVE] = "exclusive",
 };
 
 const char *
@@ -73,7 +80,30 @@ tsm_state_from_name(const char *name)
 bool
 tsm_state_is_final(TsmJobState state)
 {
-	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED;
+	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED ||
+		state == TSM_SKIPPED;
+}
+
+const char *
+tsm_mode_name(TsmMoveMode mode)
+{
+	return mode_names[mode];
+}
+
+/* The mode called name; *found says whether there is one. */
+TsmMoveMode
+tsm_mode_from_name(const char *name, bool missing_ok, bool *found)
+{
+	for (int i = 0; i < lengthof(mode_names); i++)
+		if (strcmp(mode_names[i], name) == 0)
+		{
+			*found = true;
+			return (TsmMoveMode) i;
+		}
+	if (!missing_ok)
+		elog(ERROR, "unknown pg_tsmove mode \"%s\"", name);
+	*found = false;
+	return TSM_MODE_ONLINE;
 }
 
 static Size

@@ -59,8 +59,26 @@ typedef enum TsmJobState
 	TSM_WARMING,
 	TSM_DONE,
 	TSM_FAILED,
-	TSM_CANCELLED
+	TSM_CANCELLED,
+	TSM_SKIPPED					/* never ran: move_tablespace() says why */
 } TsmJobState;
+
+/* What a job does: move one relation, or relocate a whole tablespace. */
+typedef enum TsmJobKind
+{
+	TSM_KIND_MOVE,
+	TSM_KIND_RELOCATE
+} TsmJobKind;
+
+/* How a relation move treats writers while it copies. */
+typedef enum TsmMoveMode
+{
+	TSM_MODE_ONLINE,			/* writes go on and are mirrored */
+	TSM_MODE_QUIESCE,			/* writes wait (ExclusiveLock) */
+	TSM_MODE_EXCLUSIVE			/* everything waits (AccessExclusiveLock):
+								 * unlogged relations, whose changes cannot
+								 * be mirrored */
+} TsmMoveMode;
 
 /* What a running job publishes and finally writes to its row. */
 typedef struct TsmProgress
@@ -70,6 +88,7 @@ typedef struct TsmProgress
 	int64		blocks_copied;
 	int64		blocks_recopied;
 	int64		dirty_backlog;
+	int64		blocks_under_lock;	/* copied while holding the switch's locks */
 	int64		bytes_written;
 	int64		wal_bytes;
 	double		rate_mb_s;
@@ -91,7 +110,10 @@ typedef struct TsmWorkerSlot
 
 	/* the job it runs now; 0 between jobs */
 	int64		job_id;
-	Oid			relid;
+	TsmJobKind	kind;
+	Oid			relid;			/* a relation move's relation */
+	Oid			source_spc;		/* a relocation: both are its tablespace */
+	Oid			target_spc;
 	int64		cancel_job_id;	/* tsmove.cancel() asked this job to stop */
 	double		max_rate_mb;	/* byte budget, MB/s, 0 = unthrottled */
 	TsmProgress progress;
@@ -131,6 +153,8 @@ extern void tsm_require_preload(void);
 extern const char *tsm_state_name(TsmJobState state);
 extern bool tsm_state_is_final(TsmJobState state);
 extern TsmJobState tsm_state_from_name(const char *name);
+extern const char *tsm_mode_name(TsmMoveMode mode);
+extern TsmMoveMode tsm_mode_from_name(const char *name, bool missing_ok, bool *found);
 
 /* launcher.c: the queue's dispatcher and start-up recovery */
 extern void tsm_register_launcher(void);

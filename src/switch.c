@@ -1,29 +1,33 @@
 /*-------------------------------------------------------------------------
  *
  * switch.c
- *	  The switch, the only moment DML waits: the relation starts using its
- *	  new files.  And warming: the blocks that were cached before the switch
- *	  are read back in afterwards.
+ *	  The switch of a relation move, the only moment DML waits: the
+ *	  relation starts using its new files.  And warming: the blocks that
+ *	  were cached before the switch are read back in afterwards.
  *
- * One switch attempt is one transaction:
- *	1. AccessExclusiveLock on every member (relation, TOAST table, TOAST
- *	   index, in that order, as ALTER TABLE does) with lock_timeout set to
- *	   pg_tsmove.switch_lock_timeout.  A queued exclusive request blocks all
- *	   later queries of the relation, so a request is never left queued
- *	   longer than that; on timeout the attempt is abandoned and the worker
- *	   backs off, keeps mirroring, and tries again.
- *	2. Under the lock nothing can change the pages any more: flush the WAL,
- *	   read it to the end, re-copy the last dirty blocks and any blocks the
- *	   relation grew by, copy the FSM and VM forks whole, fsync every fork
- *	   of the new storage.
- *	3. SetRelationTableSpace() points pg_class at the new relfilenode (it
- *	   handles the catalog's locking), RelationAssumeNewRelfilenode() as
- *	   core's SET TABLESPACE does, RelationDropStorage() of the old files so
- *	   that the commit record unlinks them, here and on standbys.
- *	4. The job row says 'warming' in the same transaction, so after a crash
- *	   the row tells whether the switch committed.  In the worker, an xact
- *	   callback sets job->switch_committed as soon as the commit record is
- *	   written, and from then on the abort path keeps the new files.
+ * One switch attempt is one transaction, driven by worker.c:
+ *	1. tsm_relation_switch_lock: AccessExclusiveLock on every member
+ *	   (relation, TOAST table, TOAST index, in that order, as ALTER TABLE
+ *	   does) with lock_timeout = pg_tsmove.switch_lock_timeout, SET LOCAL.
+ *	   A queued exclusive request blocks all later queries of the relation,
+ *	   so a request is never left queued longer than that; on timeout the
+ *	   attempt is abandoned and the worker backs off, keeps mirroring and
+ *	   tries again.
+ *	2. tsm_relation_switch_check: the FSM and VM forks join the files, to
+ *	   be copied whole (neither can be mirrored: the FSM is not WAL-logged,
+ *	   VM bit clears carry no block reference of the VM).
+ *	3. The worker flushes the WAL, reads it to the end, re-copies the last
+ *	   dirty blocks and any blocks the relation grew by, copies the FSM and
+ *	   VM, and fsyncs every fork of the new storage.
+ *	4. tsm_relation_switch_commit: SetRelationTableSpace() points pg_class
+ *	   at the new relfilenode (it handles the catalog's locking),
+ *	   RelationAssumeNewRelfilenode() as core's SET TABLESPACE does,
+ *	   RelationDropStorage() of the old files so that the commit record
+ *	   unlinks them, here and on standbys.  The job row says 'warming' in
+ *	   the same transaction, so after a crash the row tells whether the
+ *	   switch committed; an xact callback sets job->switch_committed as soon
+ *	   as the commit record is written, and from then on nothing drops the
+ *	   new files.
  *
  * Locks: called with the job's session lock held and no transaction open.
  *
@@ -33,7 +37,6 @@
 
 #include "access/relation.h"
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/catalog.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
@@ -43,7 +46,7 @@
 #include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
-#include "utils/builtins.h"
+#include "storage/smgr.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -51,7 +54,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "jobrecord.h"
 #include "move.h"
 
 /*
@@ -61,16 +63,19 @@
  * only warms a little more or less.
  */
 static void
-tsm_collect_cached_blocks(TsmJob *job)
+collect_cached_blocks(TsmJob *job)
 {
-	for (int i = 0; i < job->nmembers; i++)
+	TsmRelMove *move = (TsmRelMove *) job->state;
+
+	for (int i = 0; i < move->nmembers; i++)
 	{
-		TsmMember  *m = &job->members[i];
+		TsmRelMember *m = &move->members[i];
+		TsmFile    *f = tsm_fileset_find(&job->files, m->old_node, MAIN_FORKNUM);
+		int			room = Max(1, Min(NBuffers, f->nblocks));
 
 		if (m->warm_blocks)
 			pfree(m->warm_blocks);
-		m->warm_blocks = MemoryContextAlloc(job->cxt,
-											sizeof(BlockNumber) * Max(1, Min(NBuffers, m->nblocks)));
+		m->warm_blocks = MemoryContextAlloc(job->cxt, sizeof(BlockNumber) * room);
 		m->nwarm = 0;
 	}
 
@@ -86,40 +91,45 @@ tsm_collect_cached_blocks(TsmJob *job)
 		UnlockBufHdr(desc, state);
 		if (!(state & BM_VALID) || fork != MAIN_FORKNUM)
 			continue;
-		for (int i = 0; i < job->nmembers; i++)
+		for (int i = 0; i < move->nmembers; i++)
 		{
-			TsmMember  *m = &job->members[i];
+			TsmRelMember *m = &move->members[i];
+			TsmFile    *f = tsm_fileset_find(&job->files, m->old_node, MAIN_FORKNUM);
 
 			if (TsmRelFileNodeEquals(node, m->old_node) &&
-				m->nwarm < Max(1, Min(NBuffers, m->nblocks)))
+				m->nwarm < Max(1, Min(NBuffers, f->nblocks)))
 				m->warm_blocks[m->nwarm++] = blkno;
 		}
 	}
 }
 
 /*
- * Take AccessExclusiveLock on every member, waiting at most
- * switch_lock_timeout for each.  Returns false, with the transaction
- * aborted and a new one started, if a lock was not granted in time.
+ * Start the switch transaction and take AccessExclusiveLock on every
+ * member, waiting at most switch_lock_timeout for each.  Returns false,
+ * with no transaction open, if a lock was not granted in time.
  *
  * lock_timeout is set for this transaction only (SET LOCAL), so no error
  * can leave it set for the rest of the worker's life, and back to 0 once
  * the locks are held: the switch's own catalog updates must not time out.
  */
-static bool
-tsm_lock_members(TsmJob *job)
+bool
+tsm_relation_switch_lock(TsmJob *job)
 {
-	MemoryContext cxt = CurrentMemoryContext;
+	TsmRelMove *move = (TsmRelMove *) job->state;
+	MemoryContext cxt;
 	char		timeout[32];
 	volatile bool locked = true;
 
+	collect_cached_blocks(job);
+	StartTransactionCommand();
+	cxt = CurrentMemoryContext;
 	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
 	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	PG_TRY();
 	{
-		for (int i = 0; i < job->nmembers; i++)
-			LockRelationOid(job->members[i].relid, AccessExclusiveLock);
+		for (int i = 0; i < move->nmembers; i++)
+			LockRelationOid(move->members[i].relid, AccessExclusiveLock);
 	}
 	PG_CATCH();
 	{
@@ -132,7 +142,6 @@ tsm_lock_members(TsmJob *job)
 		FlushErrorState();
 		FreeErrorData(edata);
 		AbortCurrentTransaction();
-		StartTransactionCommand();
 		locked = false;
 	}
 	PG_END_TRY();
@@ -140,6 +149,42 @@ tsm_lock_members(TsmJob *job)
 		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
 	return locked;
+}
+
+/* Under the locks: the FSM and VM forks, if any, are copied whole. */
+bool
+tsm_relation_switch_check(TsmJob *job)
+{
+	TsmRelMove *move = (TsmRelMove *) job->state;
+	static const ForkNumber locked_forks[] = {FSM_FORKNUM, VISIBILITYMAP_FORKNUM};
+
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		TsmRelMember *m = &move->members[i];
+		SMgrRelation src = tsm_smgropen(m->old_node);
+
+		for (int k = 0; k < lengthof(locked_forks); k++)
+		{
+			TsmFile    *f;
+
+			if (!smgrexists(src, locked_forks[k]))
+				continue;
+			f = tsm_fileset_add(&job->files, m->old_node, locked_forks[k],
+								TSM_COPY_LOCKED,
+								m->relpersistence == RELPERSISTENCE_PERMANENT);
+			f->owner = i;
+			f->relid = m->relid;
+			f->standard_page = false;
+		}
+	}
+	return true;
+}
+
+/* tsm_relation_switch_check never says no; for the interface's sake. */
+void
+tsm_relation_switch_release(TsmJob *job)
+{
+	AbortCurrentTransaction();
 }
 
 /*
@@ -151,7 +196,7 @@ tsm_lock_members(TsmJob *job)
 static TimestampTz switch_committed_at;
 
 static void
-tsm_note_switch_commit(XactEvent event, void *arg)
+note_switch_commit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT)
 	{
@@ -161,84 +206,60 @@ tsm_note_switch_commit(XactEvent event, void *arg)
 }
 
 /*
- * Try to switch the job's relation to its new files.  Returns true if the
- * switch committed, false if the exclusive lock was not granted in time.
+ * With the locks held and the new storage complete and synced: point
+ * pg_class at the new files, schedule the old ones for removal at commit,
+ * and commit.
  */
-bool
-tsm_try_switch(TsmJob *job)
+void
+tsm_relation_switch_commit(TsmJob *job)
 {
-	TimestampTz lock_requested;
-	TimestampTz lock_granted;
-	bool		locked;
-
-	tsm_collect_cached_blocks(job);
-	job->switch_attempts++;
-
-	StartTransactionCommand();
-	lock_requested = GetCurrentTimestamp();
-	locked = tsm_lock_members(job);
-	lock_granted = GetCurrentTimestamp();
-	job->lock_wait_ms += (double) (lock_granted - lock_requested) / 1000.0;
-	if (!locked)
-	{
-		CommitTransactionCommand();
-		return false;
-	}
-	tsm_set_state(job, TSM_SWITCHING);
-
-	/* Nothing changes the pages now; make sure the reader sees everything. */
-	XLogFlush(GetXLogInsertRecPtr());
-	tsm_mirror_drain(job);
-	for (int i = 0; i < job->nmembers; i++)
-		tsm_copy_pending(job, &job->members[i], PG_INT64_MAX, true, false);
-	tsm_copy_extra_forks(job);
-	tsm_sync_new_storage(job);
+	TsmRelMove *move = (TsmRelMove *) job->state;
 
 	PushActiveSnapshot(GetTransactionSnapshot());
-	for (int i = 0; i < job->nmembers; i++)
+	for (int i = 0; i < move->nmembers; i++)
 	{
-		TsmMember  *m = &job->members[i];
+		TsmRelMember *m = &move->members[i];
 		Relation	rel = relation_open(m->relid, NoLock);
+		TsmFile    *f = tsm_fileset_find(&job->files, m->old_node, MAIN_FORKNUM);
 		BlockNumber new_nblocks = smgrnblocks(tsm_smgropen(m->new_node), MAIN_FORKNUM);
 
 		if (!TsmRelFileNodeEquals(TsmRelationNode(rel), m->old_node) ||
 			new_nblocks != RelationGetNumberOfBlocks(rel) ||
-			m->dirty.count != 0)
+			f->dirty.count != 0)
 			elog(ERROR, "pg_tsmove: new storage of \"%s\" does not match the old one "
 				 "(%u blocks, old %u, %lld dirty)",
 				 RelationGetRelationName(rel), new_nblocks,
-				 RelationGetNumberOfBlocks(rel), (long long) m->dirty.count);
+				 RelationGetNumberOfBlocks(rel), (long long) f->dirty.count);
 
 		RelationDropStorage(rel);
-		SetRelationTableSpace(rel, job->target_spc, TSM_REL(m->new_node));
+		SetRelationTableSpace(rel, job->row.target_spc, TSM_REL(m->new_node));
 		InvokeObjectPostAlterHook(RelationRelationId, m->relid, 0);
 		RelationAssumeNewRelfilenode(rel);
 		relation_close(rel, NoLock);
 		CommandCounterIncrement();
 	}
 
-	tsm_jobrec_set_state(job->job_id, TSM_WARMING, NULL);
+	tsm_jobrec_set_state(job->row.job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
-	tsm_debug_pause(job, "switching");
+	tsm_ctl_debug_pause(&job->ctl, "switching");
 
 	/*
 	 * switch_ms ends at commit: CommitTransaction releases the locks right
 	 * after the commit callbacks, and only then unlinks the old files,
 	 * which can take long for a big relation but blocks nobody.
 	 */
-	RegisterXactCallback(tsm_note_switch_commit, job);
+	RegisterXactCallback(note_switch_commit, job);
 	PG_TRY();
 	{
 		CommitTransactionCommand();
 	}
 	PG_FINALLY();
 	{
-		UnregisterXactCallback(tsm_note_switch_commit, job);
+		UnregisterXactCallback(note_switch_commit, job);
 	}
 	PG_END_TRY();
-	job->switch_ms = (double) (switch_committed_at - lock_granted) / 1000.0;
-	tsm_set_state(job, TSM_WARMING);
-	return true;
+	job->ctl.progress.switch_ms = (double) (switch_committed_at - job->lock_granted) / 1000.0;
+	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
 }
 
 /*
@@ -247,12 +268,14 @@ tsm_try_switch(TsmJob *job)
  * effort: an error here does not undo a committed switch.
  */
 void
-tsm_warm_new_storage(TsmJob *job)
+tsm_relation_warm(TsmJob *job)
 {
+	TsmRelMove *move = (TsmRelMove *) job->state;
+
 	StartTransactionCommand();
-	for (int i = 0; i < job->nmembers; i++)
+	for (int i = 0; i < move->nmembers; i++)
 	{
-		TsmMember  *m = &job->members[i];
+		TsmRelMember *m = &move->members[i];
 		Relation	rel = try_relation_open(m->relid, AccessShareLock);
 		BlockNumber nblocks;
 
@@ -265,7 +288,7 @@ tsm_warm_new_storage(TsmJob *job)
 				ReleaseBuffer(ReadBufferExtended(rel, MAIN_FORKNUM, m->warm_blocks[b],
 												 RBM_NORMAL, NULL));
 			if (b % 256 == 0)
-				tsm_check_for_cancel(job);
+				tsm_ctl_check(&job->ctl);
 		}
 		relation_close(rel, AccessShareLock);
 	}

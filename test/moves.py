@@ -24,7 +24,7 @@ def start_move(cluster, rel, target, mode="online", max_rate_mb=None,
                with_indexes=False, dbname="postgres"):
     """tsmove.move() in its own transaction; returns the job id."""
     return cluster.sql_scalar(
-        "SELECT tsmove.move(%s, %s, mode => %s, max_rate_mb => %s, "
+        "SELECT tsmove.move(%s, %s, mode => %s, max_rate_mb => %s::numeric, "
         "with_indexes => %s)", (rel, target, mode, max_rate_mb, with_indexes),
         dbname=dbname)
 

@@ -1,0 +1,64 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobctl.h
+ *	  Services every running job uses, below the engine and its front ends:
+ *	  state and counters, publishing them to the worker's slot, saving them
+ *	  in the job row, cancel and shutdown checks, sleeping, and the byte
+ *	  budget (jobctl.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_JOBCTL_H
+#define TSM_JOBCTL_H
+
+#include "pg_tsmove.h"
+
+typedef struct TsmJobCtl TsmJobCtl;
+
+/*
+ * Asked at every check: raise an error if the job should give way to
+ * another session (pg_tsmove.yield_to_ddl).  Set by the front end.
+ */
+typedef void (*TsmConflictCheck) (TsmJobCtl *ctl, void *arg);
+
+struct TsmJobCtl
+{
+	int64		job_id;
+	const char *label;			/* the relation or tablespace, for messages */
+	TsmProgress progress;		/* what the slot and the row show */
+
+	/* byte budget: pages written plus the WAL that logs them */
+	double		max_rate_mb;	/* MB/s, 0 = unthrottled */
+	TimestampTz budget_start;
+	int64		budget_spent;
+	int64		wal_usage_at_start;
+
+	/* the rate shown in the view */
+	TimestampTz rate_sample_time;
+	int64		rate_sample_bytes;
+	TimestampTz last_publish;
+
+	TsmConflictCheck check_conflicts;
+	void	   *check_conflicts_arg;
+};
+
+/* The worker's slot; NULL outside a move worker. */
+extern TsmWorkerSlot *tsm_my_slot;
+
+extern void tsm_ctl_init(TsmJobCtl *ctl, int64 job_id, const char *label,
+						 double max_rate_mb);
+extern void tsm_ctl_set_state(TsmJobCtl *ctl, TsmJobState state);
+extern void tsm_ctl_publish(TsmJobCtl *ctl, bool force);
+extern void tsm_ctl_save(TsmJobCtl *ctl, const char *error);
+extern void tsm_ctl_check(TsmJobCtl *ctl);
+extern void tsm_ctl_sleep(TsmJobCtl *ctl, long ms);
+extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled);
+extern void tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes);
+extern void tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase);
+extern void tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...) pg_attribute_printf(2, 3);
+
+/* the worker's SIGTERM */
+extern void tsm_ctl_sigterm(SIGNAL_ARGS);
+extern bool tsm_ctl_shutdown_requested(void);
+
+#endif							/* TSM_JOBCTL_H */
