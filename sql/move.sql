@@ -65,9 +65,54 @@ SELECT tsmove.move('mv_mat', 'regress_ts_a') AS job \gset
 SELECT tsmove.wait(:job);
 SELECT pg_catalog.count(*) FROM mv_mat;
 
+-- an unlogged table moves in exclusive mode (everything waits: it cannot be mirrored)
+CREATE UNLOGGED TABLE mv_unlogged (id int PRIMARY KEY, v text);
+INSERT INTO mv_unlogged SELECT g, pg_catalog.md5(g::text) FROM pg_catalog.generate_series(1, 2000) g;
+CREATE TEMPORARY TABLE mv_unlogged_before AS
+SELECT pg_catalog.md5(pg_catalog.string_agg(mv_unlogged::text, ',' ORDER BY id)) AS hash FROM mv_unlogged;
+SELECT tsmove.move('mv_unlogged', 'regress_ts_a', mode => 'exclusive', with_indexes => true) AS job \gset
+SELECT tsmove.wait(job_id) FROM tsmove.job WHERE job_id = :job OR parent_job = :job ORDER BY job_id;
+SELECT relation, mode, state, blocks_under_lock > 0 AS fsm_copied_under_lock FROM tsmove.jobs
+WHERE job_id = :job;
+SELECT c.relname, t.spcname, c.relpersistence FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
+WHERE c.relname LIKE 'mv\_unlogged%' ORDER BY 1;
+SELECT (SELECT hash FROM mv_unlogged_before) =
+       pg_catalog.md5(pg_catalog.string_agg(mv_unlogged::text, ',' ORDER BY id)) AS data_equal
+FROM mv_unlogged;
+SELECT bt_index_check('mv_unlogged_pkey', true);
+
+-- move_tablespace: every relation of a tablespace, what cannot move skipped with the reason
+CREATE TABLE mvt_parted (id int) PARTITION BY RANGE (id) TABLESPACE regress_ts_a;
+CREATE TABLE mvt_part PARTITION OF mvt_parted FOR VALUES FROM (0) TO (100) TABLESPACE regress_ts_a;
+INSERT INTO mvt_parted SELECT pg_catalog.generate_series(0, 99);
+CREATE TEMPORARY TABLE mvt_jobs AS
+SELECT tsmove.move_tablespace('regress_ts_a', 'regress_ts_b') AS job_id;
+SELECT pg_catalog.count(*) FILTER (WHERE tsmove.wait(job_id) = 'done') AS done,
+       pg_catalog.count(*) FILTER (WHERE tsmove.wait(job_id) = 'skipped') AS skipped
+FROM mvt_jobs;
+SELECT j.relname, j.mode, j.state, j.error
+FROM tsmove.jobs j JOIN mvt_jobs USING (job_id) WHERE j.state = 'skipped';
+SELECT c.relname FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
+WHERE t.spcname = 'regress_ts_a' ORDER BY 1;
+SELECT pg_catalog.count(*) AS rows FROM mvt_parted;
+SELECT (SELECT hash FROM mv_unlogged_before) =
+       pg_catalog.md5(pg_catalog.string_agg(mv_unlogged::text, ',' ORDER BY id)) AS data_equal
+FROM mv_unlogged;
+SELECT tsmove.move_tablespace('regress_ts_a', 'regress_ts_a');
+SELECT tsmove.move_tablespace('regress_ts_a', 'no_such_tablespace');
+SELECT tsmove.move_tablespace('regress_ts_a', 'regress_ts_b', mode => 'offline');
+
+-- relocate_tablespace: in-place tablespaces cannot move (their files are in the data directory)
+SELECT tsmove.relocate_tablespace('regress_ts_a', '/nonexistent');
+SELECT tsmove.relocate_tablespace('pg_default', '/nonexistent');
+SELECT tsmove.relocate_tablespace('no_such_tablespace', '/nonexistent');
+SELECT tsmove.relocate_tablespace(NULL, '/nonexistent');
+
 -- set_rate on a finished job changes nothing
 SELECT tsmove.set_rate(:job, 5);
 SELECT tsmove.set_rate(:job, -5);
 
 DROP MATERIALIZED VIEW mv_mat;
-DROP TABLE mv, mv_empty;
+DROP TABLE mv, mv_empty, mv_unlogged, mvt_parted;

@@ -105,9 +105,9 @@ tsm_check_movable(Relation rel, Oid target_spc, TsmMoveMode mode)
 		case RELKIND_SEQUENCE:
 			ereport(ERROR,
 					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("cannot move sequence \"%s\" online", relname),
-					 errdetail("Sequence changes are not fully WAL-logged, so they cannot be mirrored."),
-					 errhint("Use ALTER SEQUENCE ... SET TABLESPACE; a sequence is one page.")));
+					 errmsg("cannot move sequence \"%s\"", relname),
+					 errdetail("A sequence always lives in its database's default tablespace."),
+					 errhint("It moves with the database: ALTER DATABASE ... SET TABLESPACE.")));
 			break;
 		case RELKIND_TOASTVALUE:
 			ereport(ERROR,

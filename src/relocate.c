@@ -60,7 +60,14 @@
  *	   the checkpointer already did are removed; release the locks;
  *	6. remove the old files (finish).
  * Crash: the link is the truth.  Before the rename the new location is
- * scratch; after it the old one is (tsm_recover_relocation).
+ * scratch; after it the old one is (tsm_recover_relocation).  But crash
+ * recovery replays XLOG_TBLSPC_CREATE, which points the link at the
+ * location the tablespace was created with: if that record is after the
+ * last checkpoint's redo point, a crash after the switch would undo it.
+ * So the job looks for the record in the WAL since that checkpoint, and if
+ * it is there asks for a checkpoint and switches only once one completed.
+ * The switch also waits while pg_basebackup runs: a backup that read the
+ * tablespace across the switch could miss files.
  *
  * Relfilenode tombstones.  A dropped relation's first segment stays, empty,
  * until the next checkpoint, so that its relfilenode is not reused while
@@ -82,9 +89,18 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xlogreader.h"
+#include "access/xlogutils.h"
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
+#include "postmaster/bgwriter.h"
+#include "utils/backend_progress.h"
+#include "utils/backend_status.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_tablespace.h"
+#include "commands/tablespace.h"
 #include "common/relpath.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -160,6 +176,9 @@ typedef struct TsmRelocation
 	int			files_capacity;
 	TransactionId xid_horizon;	/* transactions older may own unresolved
 								 * files listed at start */
+	XLogRecPtr	start_lsn;		/* when the job listed the files */
+	bool		needs_checkpoint;	/* the tablespace's creation is in WAL
+									 * that crash recovery would replay */
 	TimestampTz last_resolution;
 	LOCKTAG    *locked;			/* the switch's locks */
 	int			nlocked;
@@ -191,7 +210,7 @@ read_tablespace_link(Oid spc, const char *spcname)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot relocate in-place tablespace \"%s\"", spcname),
-				 errdetail("Its files live in the data directory, under %s.", link_path),
+				 errdetail("Its files live in the data directory (allow_in_place_tablespaces)."),
 				 errhint("Create a tablespace at the new location and move its relations with tsmove.move_tablespace().")));
 	len = readlink(link_path, target, sizeof(target));
 	if (len < 0 || len >= sizeof(target))
@@ -218,20 +237,6 @@ paths_nest(const char *a, const char *b)
 	free(real_a);
 	free(real_b);
 	return nest;
-}
-
-static bool
-directory_is_empty(const char *path)
-{
-	DIR		   *dir = AllocateDir(path);
-	struct dirent *de;
-	bool		empty = true;
-
-	while ((de = ReadDir(dir, path)) != NULL)
-		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-			empty = false;
-	FreeDir(dir);
-	return empty;
 }
 
 /* A database whose default tablespace is spc, or InvalidOid. */
@@ -545,24 +550,27 @@ reloc_sync(TsmFileSet *fs, TsmFile *f)
 }
 
 /*
- * The source was dropped: so is the copy, as mdunlink does it, the first
- * segment kept empty as a tombstone until the checkpointer unlinks it.
+ * The source was dropped: so is the copy, as mdunlink does it: the main
+ * fork's first segment is kept, empty, as a tombstone until the
+ * checkpointer unlinks it; every other file goes at once.
  */
 static void
 reloc_remove(TsmFileSet *fs, TsmFile *f)
 {
 	RelocFile  *rf = rfile(fs, f);
+	bool		keep_tombstone = (f->key.fork == MAIN_FORKNUM);
 	char		path[MAXPGPATH];
 
-	reloc_truncate(fs, f, 0);
+	if (keep_tombstone)
+		reloc_truncate(fs, f, 0);
 	close_segments(rf);
-	for (int segno = 1;; segno++)
+	for (int segno = keep_tombstone ? 1 : 0;; segno++)
 	{
 		segment_path(path, state_of(fs)->new_dir, f, segno);
 		if (unlink(path) < 0)
 			break;
 	}
-	rf->tombstone = true;
+	rf->tombstone = keep_tombstone;
 }
 
 /* ---- files and their relations ---- */
@@ -772,6 +780,86 @@ list_files(TsmJob *job)
 	FreeDir(dir);
 }
 
+/* ---- what crash recovery would replay ---- */
+
+/* The redo point of the last completed checkpoint, from the control file. */
+static XLogRecPtr
+last_checkpoint_redo(void)
+{
+	ControlFileData *control;
+	bool		crc_ok;
+	XLogRecPtr	redo;
+
+	LWLockAcquire(ControlFileLock, LW_SHARED);
+	control = get_controlfile(DataDir, &crc_ok);
+	LWLockRelease(ControlFileLock);
+	if (!crc_ok)
+		ereport(ERROR,
+				(errmsg("calculated CRC checksum does not match value stored in file")));
+	redo = control->checkPointCopy.redo;
+	pfree(control);
+	return redo;
+}
+
+/*
+ * Whether XLOG_TBLSPC_CREATE of spc lies in the WAL from the last
+ * checkpoint's redo point to upto: crash recovery would replay it, and
+ * point the tablespace's link back where it was created.
+ */
+static bool
+creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
+{
+	XLogRecPtr	from = last_checkpoint_redo();
+	XLogReaderState *reader;
+	XLogRecPtr	first;
+	bool		found = false;
+
+	reader = XLogReaderAllocate(wal_segment_size, NULL,
+								XL_ROUTINE(.page_read = &read_local_xlog_page_no_wait,
+										   .segment_open = &wal_segment_open,
+										   .segment_close = &wal_segment_close),
+								palloc0(sizeof(ReadLocalXLogPageNoWaitPrivate)));
+	if (reader == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Failed while allocating a WAL reading processor.")));
+	first = XLogFindNextRecord(reader, from);
+	if (!XLogRecPtrIsInvalid(first))
+	{
+		XLogBeginRead(reader, first);
+		while (!found && reader->EndRecPtr < upto)
+		{
+			char	   *errormsg = NULL;
+
+			if (XLogReadRecord(reader, &errormsg) == NULL)
+				break;
+			found = (XLogRecGetRmid(reader) == RM_TBLSPC_ID &&
+					 (XLogRecGetInfo(reader) & ~XLR_INFO_MASK) == XLOG_TBLSPC_CREATE &&
+					 ((xl_tblspc_create_rec *) XLogRecGetData(reader))->ts_id == spc);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	XLogReaderFree(reader);
+	return found;
+}
+
+/* Whether pg_basebackup is copying the cluster now. */
+static bool
+base_backup_running(void)
+{
+	int			nbackends = pgstat_fetch_stat_numbackends();
+
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+
+		if (local && local->backendStatus.st_progress_command == PROGRESS_COMMAND_BASEBACKUP)
+			return true;
+	}
+	return false;
+}
+
 /* ---- the front end ---- */
 
 /*
@@ -839,6 +927,10 @@ relocate_prepare(TsmJob *job)
 
 	/* transactions that may own files of it nobody can resolve yet */
 	st->xid_horizon = ReadNextTransactionId();
+	st->start_lsn = GetXLogInsertRecPtr();
+	st->needs_checkpoint = creation_in_replayed_wal(st->spc, st->start_lsn);
+	if (st->needs_checkpoint)
+		RequestCheckpoint(CHECKPOINT_FORCE);	/* spread: the copy takes a while */
 	StartTransactionCommand();
 	list_files(job);
 	resolve(job, true);
@@ -1135,6 +1227,18 @@ relocate_switch_check(TsmJob *job)
 		tsm_ctl_note(&job->ctl,
 					 "waiting for the transaction that created relfilenode %u in database %u to end",
 					 TSM_REL(f->key.node), TSM_DB(f->key.node));
+		return false;
+	}
+	if (st->needs_checkpoint && last_checkpoint_redo() < st->start_lsn)
+	{
+		tsm_ctl_note(&job->ctl, "waiting for a checkpoint: the tablespace was created after the last one, "
+					 "and crash recovery would replay its creation with the old location");
+		return false;
+	}
+	st->needs_checkpoint = false;
+	if (base_backup_running())
+	{
+		tsm_ctl_note(&job->ctl, "waiting for pg_basebackup to end: a backup must not read the tablespace across the switch");
 		return false;
 	}
 	if (temporary_files_present(st, what, sizeof(what)))

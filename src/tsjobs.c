@@ -395,7 +395,7 @@ tsm_move_tablespace(PG_FUNCTION_ARGS)
 	list_sort(tables, candidate_by_size_desc);
 	list_sort(loose_indexes, candidate_by_size_desc);
 
-	InitMaterializedSRF(fcinfo, 0);
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	foreach(lc, list_concat(list_concat(tables, loose_indexes), others))
 	{
 		Candidate  *c = (Candidate *) lfirst(lc);

@@ -17,7 +17,7 @@ import time
 
 JOB_COLUMNS = ("state", "blocks_total", "blocks_copied", "blocks_recopied",
                "dirty_backlog", "bytes_written", "wal_bytes", "switch_attempts",
-               "lock_wait_ms", "switch_ms", "error")
+               "lock_wait_ms", "switch_ms", "error", "blocks_under_lock", "job_kind")
 
 
 def start_move(cluster, rel, target, mode="online", max_rate_mb=None,

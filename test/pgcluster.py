@@ -442,7 +442,9 @@ class Cluster:
         """verify_heapam on every table (with TOAST) and bt_index_check
         (heapallindexed) on every btree index of the database, or of the
         given relations and their indexes.  Returns problem strings."""
-        self.sql("CREATE EXTENSION IF NOT EXISTS amcheck", dbname=dbname)
+        if not self.sql_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'amcheck'",
+                               dbname=dbname):
+            self.sql("CREATE EXTENSION amcheck", dbname=dbname)   # not on a standby
         scope = ""
         params = None
         if relations is not None:
@@ -499,8 +501,9 @@ class Cluster:
             if spcname == "pg_default":
                 dirs[spcname] = os.path.join(self.data_dir, "base", str(dboid))
             else:
-                # On a standby, location names the primary's directory.
-                location = self.tablespaces.get(spcname, location)
+                # the server's own link: a relocation changes it, and a
+                # standby's points to its own directory
+                location = os.path.join(self.data_dir, location)
                 dirs[spcname] = os.path.join(location, version_dir, str(dboid))
         return dirs
 
