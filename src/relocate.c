@@ -180,8 +180,11 @@ typedef struct TsmRelocation
 	bool		needs_checkpoint;	/* the tablespace's creation is in WAL
 									 * that crash recovery would replay */
 	TimestampTz last_resolution;
-	LOCKTAG    *locked;			/* the switch's locks */
+	LOCKTAG    *locked;			/* the switch's locks, in the order taken */
 	int			nlocked;
+	LOCKTAG    *contended;		/* those a switch attempt timed out on, the
+								 * latest first: taken first next time */
+	int			ncontended;
 	bool		spc_locked;
 	bool		new_dir_made;
 	bool		barrier_done;
@@ -979,9 +982,58 @@ locktag_cmp(const void *a, const void *b)
 }
 
 /*
+ * Put the relations an earlier attempt timed out on first, the latest
+ * first.  Holding some locks while waiting for another invites deadlocks
+ * with transactions that use the relations in another order (pgbench
+ * updates accounts, tellers, branches, then inserts into history; locked
+ * in OID order, history comes first and every attempt deadlocks until
+ * lock_timeout ends it).  A transaction that waits for the first lock
+ * holds none of the others, so taking the contended relation first makes
+ * the attempts converge, whatever order the workload uses.
+ */
+static void
+order_by_contention(TsmRelocation *st)
+{
+	int			front = 0;
+
+	for (int c = 0; c < st->ncontended; c++)
+		for (int i = front; i < st->nlocked; i++)
+			if (locktag_cmp(&st->locked[i], &st->contended[c]) == 0)
+			{
+				LOCKTAG		tag = st->locked[i];
+
+				memmove(&st->locked[front + 1], &st->locked[front],
+						sizeof(LOCKTAG) * (i - front));
+				st->locked[front++] = tag;
+				break;
+			}
+}
+
+static void
+note_contended(TsmJob *job, const LOCKTAG *tag)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+
+	if (st->contended == NULL)
+		st->contended = MemoryContextAlloc(job->cxt, sizeof(LOCKTAG) * 8);
+	for (int c = 0; c < st->ncontended; c++)
+		if (locktag_cmp(&st->contended[c], tag) == 0)
+		{
+			memmove(&st->contended[1], &st->contended[0], sizeof(LOCKTAG) * c);
+			st->contended[0] = *tag;
+			return;
+		}
+	memmove(&st->contended[1], &st->contended[0],
+			sizeof(LOCKTAG) * Min(st->ncontended, 7));
+	st->contended[0] = *tag;
+	st->ncontended = Min(st->ncontended + 1, 8);
+}
+
+/*
  * switch_lock: look up every relation once more, then take
- * AccessExclusiveLock on each, in (database, OID) order, each within
- * pg_tsmove.switch_lock_timeout; all or none.
+ * AccessExclusiveLock on each, those contended before first, then in
+ * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
+ * none.
  */
 static bool
 relocate_switch_lock(TsmJob *job)
@@ -991,6 +1043,7 @@ relocate_switch_lock(TsmJob *job)
 	MemoryContext cxt;
 	char		timeout[32];
 	volatile bool locked = true;
+	volatile int next = 0;
 	int			n = 0;
 
 	StartTransactionCommand();
@@ -1016,14 +1069,16 @@ relocate_switch_lock(TsmJob *job)
 		if (st->nlocked == 0 || locktag_cmp(&st->locked[st->nlocked - 1], &st->locked[i]) != 0)
 			st->locked[st->nlocked++] = st->locked[i];
 
+	order_by_contention(st);
+
 	cxt = CurrentMemoryContext;
 	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
 	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	PG_TRY();
 	{
-		for (int i = 0; i < st->nlocked; i++)
-			(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+		for (next = 0; next < st->nlocked; next++)
+			(void) LockAcquire(&st->locked[next], AccessExclusiveLock, false, false);
 	}
 	PG_CATCH();
 	{
@@ -1036,6 +1091,7 @@ relocate_switch_lock(TsmJob *job)
 		FlushErrorState();
 		FreeErrorData(edata);
 		AbortCurrentTransaction();
+		note_contended(job, &st->locked[next]);
 		locked = false;
 	}
 	PG_END_TRY();
@@ -1051,7 +1107,10 @@ holds_lock_on(TsmRelocation *st, TsmFile *f)
 	LOCKTAG		tag;
 
 	SET_LOCKTAG_RELATION(tag, TSM_DB(f->key.node), f->relid);
-	return bsearch(&tag, st->locked, st->nlocked, sizeof(LOCKTAG), locktag_cmp) != NULL;
+	for (int i = 0; i < st->nlocked; i++)
+		if (locktag_cmp(&st->locked[i], &tag) == 0)
+			return true;
+	return false;
 }
 
 /* Whether a temporary file of a session is in the tablespace now. */
