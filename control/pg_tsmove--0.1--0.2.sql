@@ -20,17 +20,23 @@
  * Mode 'exclusive' moves a relation under AccessExclusiveLock (unlogged
  * relations).  State 'skipped': move_tablespace() recorded a relation it
  * cannot move, with the reason in error.  blocks_under_lock: blocks copied
- * while the switch held its locks.
+ * while the switch held its locks.  State 'paused': tsmove.pause() of a
+ * job that had not started (a running job shows 'paused' only in
+ * tsmove.jobs, from its worker); pause_requested keeps the request across
+ * restarts.  restarts: how often the job was queued again to resume after
+ * its worker was interrupted (a queued job with new_relfilenodes is one).
  */
 ALTER TABLE tsmove.job
     ADD COLUMN job_kind text NOT NULL DEFAULT 'move',
     ADD COLUMN old_location text,
     ADD COLUMN new_location text,
     ADD COLUMN blocks_under_lock bigint NOT NULL DEFAULT 0,
+    ADD COLUMN pause_requested boolean NOT NULL DEFAULT false,
+    ADD COLUMN restarts integer NOT NULL DEFAULT 0,
     DROP CONSTRAINT job_state_check,
     ADD CONSTRAINT job_state_check CHECK (state IN
         ('queued', 'preparing', 'copying', 'catching_up', 'switching',
-         'warming', 'done', 'failed', 'cancelled', 'skipped')),
+         'warming', 'done', 'failed', 'cancelled', 'skipped', 'paused')),
     DROP CONSTRAINT job_mode_check,
     ADD CONSTRAINT job_mode_check CHECK (mode IN ('online', 'quiesce', 'exclusive')),
     ADD CONSTRAINT job_kind_check CHECK (job_kind IN ('move', 'relocate'));
@@ -78,6 +84,30 @@ COMMENT ON FUNCTION tsmove.move_tablespace(pg_catalog.name, pg_catalog.name, pg_
     'queue a move to target of every relation of this database stored in source; returns the job ids';
 REVOKE ALL ON FUNCTION tsmove.move_tablespace(pg_catalog.name, pg_catalog.name, pg_catalog.text, pg_catalog.numeric) FROM PUBLIC;
 
+CREATE FUNCTION tsmove.pause(job pg_catalog.int8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tsm_pause'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tsmove.pause(pg_catalog.int8) IS
+    'hold a job still (it copies nothing) until tsmove.resume(); false if it had ended';
+REVOKE ALL ON FUNCTION tsmove.pause(pg_catalog.int8) FROM PUBLIC;
+
+CREATE FUNCTION tsmove.resume(job pg_catalog.int8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tsm_resume'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tsmove.resume(pg_catalog.int8) IS
+    'let a paused job go on; false if it had ended';
+REVOKE ALL ON FUNCTION tsmove.resume(pg_catalog.int8) FROM PUBLIC;
+
+CREATE FUNCTION tsmove.purge_jobs(older_than pg_catalog.interval)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tsm_purge_jobs'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION tsmove.purge_jobs(pg_catalog.interval) IS
+    'delete the jobs that ended longer ago than older_than (whole chains); returns how many';
+REVOKE ALL ON FUNCTION tsmove.purge_jobs(pg_catalog.interval) FROM PUBLIC;
+
 /* Why the queued jobs of this database wait (tsmove.jobs shows it). */
 CREATE FUNCTION tsmove.queue_note()
 RETURNS text
@@ -106,7 +136,8 @@ CREATE FUNCTION tsmove.job_progress(
     OUT lock_wait_ms double precision,
     OUT switch_ms double precision,
     OUT note text,
-    OUT blocks_under_lock bigint)
+    OUT blocks_under_lock bigint,
+    OUT pace_mb_s double precision)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_job_progress'
 LANGUAGE C VOLATILE;
@@ -154,12 +185,21 @@ SELECT j.job_id,
        j.job_kind,
        coalesce(p.blocks_under_lock, j.blocks_under_lock) AS blocks_under_lock,
        j.old_location,
-       j.new_location
+       j.new_location,
+       p.pace_mb_s,
+       pg_catalog.pg_wal_lsn_diff(
+           CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_current_wal_insert_lsn() END,
+           slot.restart_lsn)::bigint AS wal_retained_bytes,
+       j.restarts
 FROM tsmove.job j
 LEFT JOIN tsmove.job_progress() p ON p.job_id = j.job_id
 LEFT JOIN tsmove.job parent ON parent.job_id = j.parent_job
 LEFT JOIN pg_catalog.pg_tablespace src ON src.oid = j.source_tablespace
-LEFT JOIN pg_catalog.pg_tablespace dst ON dst.oid = j.target_tablespace;
+LEFT JOIN pg_catalog.pg_tablespace dst ON dst.oid = j.target_tablespace
+LEFT JOIN pg_catalog.pg_replication_slots slot
+       ON slot.slot_name = 'pg_tsmove_' || (SELECT d.oid FROM pg_catalog.pg_database d
+                                            WHERE d.datname = pg_catalog.current_database())
+                           || '_' || j.job_id;
 GRANT SELECT ON tsmove.jobs TO pg_monitor;
 
 -- ---- monitoring: tablespace I/O, co-access, advice, history (issue 8) -----

@@ -14,5 +14,15 @@ SHOW pg_tsmove.switch_lock_timeout;
 SHOW pg_tsmove.max_workers;
 SHOW pg_tsmove.switch_backlog_blocks;
 SHOW pg_tsmove.yield_to_ddl;
+SHOW pg_tsmove.pacing;
+SHOW pg_tsmove.pacing_target;
+SHOW pg_tsmove.min_rate_mb;
+SHOW pg_tsmove.total_max_rate_mb;
+SHOW pg_tsmove.resume_after_restart;
+SHOW pg_tsmove.resume_interval;
+SHOW pg_tsmove.max_retained_wal;
+-- bad values are refused
+ALTER SYSTEM SET pg_tsmove.pacing = 'sometimes';
+ALTER SYSTEM SET pg_tsmove.pacing_target = 120;
 -- the prefix is reserved
 SET pg_tsmove.no_such_setting = 1;

@@ -17,12 +17,17 @@
 
 #include "postgres.h"
 
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "catalog/catalog.h"
 #include "replication/slot.h"
 #include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 #include "storage/smgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/sinvaladt.h"
 
 #if PG_VERSION_NUM < 150000
 #error "pg_tsmove needs PostgreSQL 15 or later"
@@ -100,6 +105,39 @@ tsm_smgr_put_block(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
 		smgrwrite(reln, fork, blkno, page, skip_fsync);
 }
 
+/* The local id of the transaction a backend runs, or InvalidLocalTransactionId. */
+#if PG_VERSION_NUM >= 170000
+#define TSM_PROC_LXID(proc) ((proc)->vxid.lxid)
+#else
+#define TSM_PROC_LXID(proc) ((proc)->lxid)
+#endif
+
+/*
+ * Flush every WAL record inserted so far.  GetXLogInsertRecPtr() names
+ * where the next record would start: just past the page header when the
+ * last record ended at a page boundary, a position nothing was written to,
+ * which XLogFlush() refuses ("not satisfied").  Flush to the page's start
+ * then.
+ */
+static inline void
+tsm_flush_all_wal(void)
+{
+	XLogRecPtr	upto = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(upto, wal_segment_size) == SizeOfXLogLongPHD)
+		upto -= SizeOfXLogLongPHD;
+	else if (upto % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		upto -= SizeOfXLogShortPHD;
+	XLogFlush(upto);
+}
+
+/* Truncate one fork of reln to nblocks, dropping its buffers. */
+static inline void
+tsm_smgr_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber nblocks)
+{
+	smgrtruncate(reln, &fork, 1, &nblocks);
+}
+
 /*
  * The relation, fork and block a valid buffer descriptor holds.  The caller
  * holds the buffer header lock.
@@ -126,14 +164,45 @@ tsm_record_block_tag(XLogReaderState *record, uint8 block_id,
 	return XLogRecGetBlockTagExtended(record, block_id, node, fork, blkno, NULL);
 }
 
-/* A temporary physical slot owned by this process. */
+/* A physical slot, temporary or persistent, acquired by this process. */
 static inline void
-tsm_create_temporary_slot(const char *name)
+tsm_create_physical_slot(const char *name, bool persistent)
+{
+	ReplicationSlotPersistency persistency = persistent ? RS_PERSISTENT : RS_TEMPORARY;
+
+#if PG_VERSION_NUM >= 170000
+	ReplicationSlotCreate(name, false, persistency, false, false, false);
+#else
+	ReplicationSlotCreate(name, false, persistency, false);
+#endif
+}
+
+/* Acquire an existing slot, waiting for nobody. */
+static inline void
+tsm_acquire_slot(const char *name)
+{
+#if PG_VERSION_NUM >= 180000
+	ReplicationSlotAcquire(name, true, true);
+#else
+	ReplicationSlotAcquire(name, true);
+#endif
+}
+
+/* Drop a slot nobody has acquired. */
+static inline void
+tsm_drop_slot(const char *name)
+{
+	ReplicationSlotDrop(name, true);
+}
+
+/* The PGPROC of a virtual transaction's backend, or NULL. */
+static inline PGPROC *
+tsm_vxid_proc(VirtualTransactionId vxid)
 {
 #if PG_VERSION_NUM >= 170000
-	ReplicationSlotCreate(name, false, RS_TEMPORARY, false, false, false);
+	return ProcNumberGetProc(vxid.procNumber);
 #else
-	ReplicationSlotCreate(name, false, RS_TEMPORARY, false);
+	return BackendIdGetProc(vxid.backendId);
 #endif
 }
 

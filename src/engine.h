@@ -119,8 +119,8 @@ struct TsmFileSet
 	 * Tablespace whose new files, truncations and drops the mirror follows
 	 * (a relocation): ops->new_file() is asked to add a file it sees for the
 	 * first time, ops->foreign_change() to fail on a database- or
-	 * tablespace-level change.  InvalidOid (a relation move): a truncation
-	 * of a file in the set fails the job, and nothing else is followed.
+	 * tablespace-level change.  InvalidOid (a relation move): only the
+	 * set's own files are followed (truncated; dropped fails the job).
 	 */
 	Oid			follow_tablespace;
 	BufferAccessStrategy strategy;
@@ -135,6 +135,8 @@ typedef struct TsmMirror
 	XLogRecPtr	next_lsn;		/* start of the next record to decode, or
 								 * invalid until the first one is found */
 	TimestampTz last_slot_advance;
+	char		slot_name[NAMEDATALEN];
+	bool		persistent;		/* the slot stays at the last resume point */
 	bool		slot_created;
 	bool		started;
 } TsmMirror;
@@ -168,8 +170,11 @@ extern void tsm_fileset_sync(TsmFileSet *fs);
 
 /* mirror.c */
 extern void tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt,
-							 const char *slot_name);
+							 const char *slot_name, bool persistent,
+							 XLogRecPtr resume_lsn);
 extern void tsm_mirror_drain(TsmMirror *mirror, TsmFileSet *fs);
-extern void tsm_mirror_stop(TsmMirror *mirror);
+extern XLogRecPtr tsm_mirror_position(TsmMirror *mirror);
+extern void tsm_mirror_keep_from(TsmMirror *mirror, XLogRecPtr lsn);
+extern void tsm_mirror_stop(TsmMirror *mirror, bool keep_slot);
 
 #endif							/* TSM_ENGINE_H */

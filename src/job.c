@@ -2,7 +2,8 @@
  *
  * job.c
  *	  The SQL surface of moves: tsmove.move(), wait(), cancel(), set_rate(),
- *	  job_progress(), queue_note(), and the checks that decide what may move.
+ *	  pause(), resume(), purge_jobs(), job_progress(), queue_note(), and the
+ *	  checks that decide what may move.
  *
  * move() validates everything it can and inserts the job row(s) in the
  * caller's transaction; nothing else.  When that transaction commits, an
@@ -17,9 +18,10 @@
  * ownership of the relation (checked before any lock is taken on it) and
  * CREATE on the target tablespace; the worker checks both again, as the
  * submitting role, when the job starts.  A job is visible through wait()
- * to its submitter, the relation's owner and pg_monitor; cancel() and
- * set_rate() are for the submitter and the owner.  Superusers have all of
- * these.  The job table is written as the superuser by jobrecord.c, with a
+ * to its submitter, the relation's owner and pg_monitor; cancel(),
+ * set_rate(), pause() and resume() are for the submitter and the owner, and
+ * purge_jobs() deletes only chains of jobs the caller may steer.
+ * Superusers have all of these.  The job table is written as the superuser by jobrecord.c, with a
  * fixed search_path.
  *
  * Locks: move() holds AccessShareLock on the relation (and, with
@@ -56,6 +58,7 @@
 
 #include "jobrecord.h"
 #include "move.h"
+#include "resume.h"
 
 PG_FUNCTION_INFO_V1(tsm_move);
 PG_FUNCTION_INFO_V1(tsm_wait);
@@ -63,9 +66,14 @@ PG_FUNCTION_INFO_V1(tsm_cancel);
 PG_FUNCTION_INFO_V1(tsm_set_rate);
 PG_FUNCTION_INFO_V1(tsm_job_progress);
 PG_FUNCTION_INFO_V1(tsm_queue_note_sql);
+PG_FUNCTION_INFO_V1(tsm_pause);
+PG_FUNCTION_INFO_V1(tsm_resume);
+PG_FUNCTION_INFO_V1(tsm_purge_jobs);
 
 /* Poll interval of tsmove.wait(). */
 #define TSM_WAIT_POLL_MS 20
+/* How long a started job may have no worker and none coming before wait() gives up on it. */
+#define TSM_WAIT_STRANDED_MS 5000
 /* Longest timeout tsmove.wait() accepts: 100 years, in seconds. */
 #define TSM_WAIT_MAX_SECONDS (100.0 * 365.25 * 86400.0)
 
@@ -591,16 +599,40 @@ tsm_wait_deadline(Interval *timeout)
 }
 
 /*
+ * The state of a job that has started, as its worker shows it, or as the
+ * row says if no worker runs it; *stranded says whether none runs it and
+ * none will come (no recovery pass or start pending in its database).
+ */
+static TsmJobState
+tsm_live_state(int64 job_id, TsmJobState row_state, bool *stranded)
+{
+	TsmWorkerSlot *slot;
+	TsmJobState state = row_state;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	slot = tsm_find_slot_for_job(job_id);
+	if (slot)
+		state = slot->progress.state;
+	LWLockRelease(tsm_shared->lock);
+	*stranded = (slot == NULL && row_state != TSM_QUEUED && row_state != TSM_PAUSED &&
+				 !tsm_state_is_final(row_state) && !tsm_database_has_pending_work(MyDatabaseId));
+	return state;
+}
+
+/*
  * tsmove.wait(job bigint, timeout interval DEFAULT NULL) RETURNS text
  *
- * Blocks until the job reaches done, failed or cancelled, or until the
- * timeout passes, and returns its state.  Takes no locks.
+ * Blocks until the job reaches done, failed or cancelled, or until it can
+ * no longer progress: it is paused, or it started and its worker is gone
+ * with none to come for TSM_WAIT_STRANDED_MS; or until the timeout passes.
+ * Returns its state.  Takes no locks.
  */
 Datum
 tsm_wait(PG_FUNCTION_ARGS)
 {
 	int64		job_id;
 	TimestampTz deadline = 0;
+	TimestampTz stranded_since = 0;
 	TsmJobInfo	info;
 
 	tsm_require_preload();
@@ -624,18 +656,34 @@ tsm_wait(PG_FUNCTION_ARGS)
 
 	for (;;)
 	{
+		bool		stranded;
+		TsmJobState live;
+
 		if (tsm_state_is_final(info.state))
 			break;
+		/* the row lags behind a running job: look at the live state */
+		live = tsm_live_state(job_id, info.state, &stranded);
+		if (live == TSM_PAUSED)
+		{
+			info.state = live;
+			break;
+		}
+		if (!stranded)
+			stranded_since = 0;
+		else if (stranded_since == 0)
+			stranded_since = GetCurrentTimestamp();
+		else if (TimestampDifferenceExceeds(stranded_since, GetCurrentTimestamp(),
+											TSM_WAIT_STRANDED_MS))
+		{
+			ereport(NOTICE,
+					(errmsg("job %lld is %s, but no worker runs it and none is coming",
+							(long long) job_id, tsm_state_name(info.state)),
+					 errhint("Its worker stopped; see the server log.")));
+			break;
+		}
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 		{
-			/* the row lags behind a running job: report the live state */
-			TsmWorkerSlot *slot;
-
-			LWLockAcquire(tsm_shared->lock, LW_SHARED);
-			slot = tsm_find_slot_for_job(job_id);
-			if (slot)
-				info.state = slot->progress.state;
-			LWLockRelease(tsm_shared->lock);
+			info.state = live;
 			break;
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -663,6 +711,7 @@ tsm_cancel(PG_FUNCTION_ARGS)
 	TsmJobInfo	info;
 	TsmWorkerSlot *slot;
 	bool		signalled = false;
+	TsmUnfinishedJob storage;
 
 	tsm_require_preload();
 	tsm_read_job_checked(job_id, true, &info);
@@ -670,11 +719,29 @@ tsm_cancel(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 
 	/*
-	 * Queued first: if a worker claims the job meanwhile, this waits for the
-	 * claim's row lock, and by then the worker's slot names the job.
+	 * Queued (or paused before it started) first: if a worker claims the job
+	 * meanwhile, this waits for the claim's row lock, and by then the
+	 * worker's slot names the job.  A job queued to resume after a restart
+	 * has files, a slot and a resume point: they go with it.
 	 */
-	if (tsm_jobrec_cancel_queued(job_id))
+	if (tsm_jobrec_cancel_queued(job_id, &storage))
+	{
+		for (int i = 0; i < storage.nnew; i++)
+		{
+			TsmRelFileNode node;
+
+			TSM_SPC(node) = storage.target_spc;
+			TSM_DB(node) = MyDatabaseId;
+			TSM_REL(node) = storage.new_relfilenodes[i];
+			tsm_drop_storage(node);
+		}
+		if (storage.nnew > 0)
+		{
+			tsm_resume_drop_slot(MyDatabaseId, job_id);
+			tsm_resume_forget(MyDatabaseId, job_id);
+		}
 		PG_RETURN_BOOL(true);
+	}
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 	slot = tsm_find_slot_for_job(job_id);
@@ -723,6 +790,122 @@ tsm_set_rate(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
+/* The argument of pause() and resume(): a job the caller may steer. */
+static int64
+tsm_steered_job(FunctionCallInfo fcinfo, TsmJobInfo *info)
+{
+	int64		job_id;
+
+	tsm_require_preload();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("job must not be null"),
+				 errhint("Pass a job id from tsmove.jobs.")));
+	job_id = PG_GETARG_INT64(0);
+	tsm_read_job_checked(job_id, true, info);
+	return job_id;
+}
+
+/* Ask the worker running job_id, if any, to pause or go on. */
+static void
+tsm_signal_pause(int64 job_id, bool pause)
+{
+	TsmWorkerSlot *slot;
+
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	slot = tsm_find_slot_for_job(job_id);
+	if (slot)
+	{
+		slot->pause_requested = pause;
+		if (slot->latch)
+			SetLatch(slot->latch);
+	}
+	LWLockRelease(tsm_shared->lock);
+}
+
+/*
+ * tsmove.pause(job bigint) RETURNS boolean
+ *
+ * A queued job becomes 'paused' and is not started; a running job stops
+ * copying at its next pause point (within a batch of blocks) and shows
+ * 'paused' while it keeps its worker, its lock and its files and follows
+ * the WAL.  The request is recorded in the row, so a job a restart
+ * interrupts pauses again when it resumes.  Returns false if the job had
+ * ended.
+ */
+Datum
+tsm_pause(PG_FUNCTION_ARGS)
+{
+	TsmJobInfo	info;
+	int64		job_id = tsm_steered_job(fcinfo, &info);
+
+	if (tsm_state_is_final(info.state) ||
+		tsm_state_is_final(tsm_jobrec_request_pause(job_id, true)))
+		PG_RETURN_BOOL(false);
+	tsm_signal_pause(job_id, true);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * tsmove.resume(job bigint) RETURNS boolean
+ *
+ * Undoes pause(): a job paused before it started is queued again (it
+ * starts when the caller's transaction commits and a worker is free), a
+ * running one goes on copying within a fraction of a second.  Returns
+ * false if the job had ended.
+ */
+Datum
+tsm_resume(PG_FUNCTION_ARGS)
+{
+	TsmJobInfo	info;
+	int64		job_id = tsm_steered_job(fcinfo, &info);
+	TsmJobState state;
+
+	if (tsm_state_is_final(info.state))
+		PG_RETURN_BOOL(false);
+	state = tsm_jobrec_request_pause(job_id, false);
+	if (tsm_state_is_final(state))
+		PG_RETURN_BOOL(false);
+	if (state == TSM_QUEUED)
+		tsm_note_submission();
+	tsm_signal_pause(job_id, false);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * tsmove.purge_jobs(older_than interval) RETURNS bigint
+ *
+ * Deletes the jobs that ended more than older_than ago, a table's job
+ * together with its index jobs, and only those the caller may steer (a
+ * superuser: all).  Returns the number of jobs deleted.
+ */
+Datum
+tsm_purge_jobs(PG_FUNCTION_ARGS)
+{
+	Interval   *older_than;
+	double		seconds;
+
+	tsm_require_preload();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("older_than must not be null"),
+				 errhint("Give an interval such as '30 days'; '0' deletes every ended job.")));
+	older_than = PG_GETARG_INTERVAL_P(0);
+	seconds = DatumGetFloat8(DirectFunctionCall2(interval_part,
+												 CStringGetTextDatum("epoch"),
+												 IntervalPGetDatum(older_than)));
+	if (seconds < 0 || isnan(seconds) || isinf(seconds) || seconds > TSM_WAIT_MAX_SECONDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must be between 0 and 100 years"),
+				 errhint("Give an interval such as '30 days'; '0' deletes every ended job.")));
+	PG_RETURN_INT64(tsm_jobrec_purge(GetCurrentTimestamp() -
+									 (TimestampTz) (seconds * USECS_PER_SEC),
+									 GetUserId()));
+}
+
 /*
  * tsmove.job_progress() RETURNS SETOF record
  *
@@ -754,8 +937,8 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 	{
 		TsmWorkerSlot *s = &copies[i];
 		TsmProgress *p = &s->progress;
-		Datum		values[16];
-		bool		nulls[16];
+		Datum		values[17];
+		bool		nulls[17];
 
 		memset(nulls, 0, sizeof(nulls));
 		values[0] = Int64GetDatum(s->job_id);
@@ -777,6 +960,8 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 		values[14] = CStringGetTextDatum(p->note);
 		nulls[14] = (p->note[0] == '\0');
 		values[15] = Int64GetDatum(p->blocks_under_lock);
+		values[16] = Float8GetDatum(p->pace_mb_s);
+		nulls[16] = (p->pace_mb_s < 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -12,10 +12,22 @@
  *
  * The throttle is a byte budget per second, counting the pages written and
  * the WAL this process wrote for them; credit banked while idle is capped
- * at TSM_BURST_SECONDS, so no window runs above the rate.  tsmove.set_rate()
- * changes the rate through the slot.
+ * at TSM_BURST_SECONDS, so no window runs above the rate.  The rate is the
+ * job's max_rate_mb (tsmove.set_rate() changes it through the slot) with
+ * pg_tsmove.pacing = fixed, and the pace pacing.c decides, up to it, with
+ * adaptive.  On top, every worker charges what it writes, in chunks of
+ * TSM_TOTAL_BUDGET_CHUNK, to one budget in shared memory
+ * (pg_tsmove.total_max_rate_mb): a virtual clock that each charge moves
+ * forward by its cost, and that the worker then waits for.  It never runs
+ * ahead of the current time by more than what was charged, so the sum of
+ * the rates never exceeds the total over any window longer than a chunk.
  *
- * Locks: the slot fields under TsmShared->lock (pg_tsmove.h); nothing else.
+ * tsmove.pause() sets a flag in the slot; tsm_ctl_check() copies it to
+ * ctl->pause_requested, the throttle then returns at once, and the worker
+ * holds still at its next pause point (worker.c).
+ *
+ * Locks: the slot fields and the shared budget under TsmShared->lock
+ * (pg_tsmove.h); nothing else.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +57,10 @@ static volatile sig_atomic_t got_sigterm = false;
 #define TSM_BURST_SECONDS 0.05
 /* How long pg_tsmove.debug_pause_at holds the worker still. */
 #define TSM_DEBUG_PAUSE_MS 60000
+/* Bytes a worker charges to the shared budget at once. */
+#define TSM_TOTAL_BUDGET_CHUNK (256 * 1024)
+/* Longest sleep of the throttle with adaptive pacing, which samples between. */
+#define TSM_PACER_SLICE_MS 10
 
 void
 tsm_ctl_sigterm(SIGNAL_ARGS)
@@ -71,8 +87,23 @@ tsm_ctl_init(TsmJobCtl *ctl, int64 job_id, const char *label, double max_rate_mb
 	ctl->progress.state = TSM_PREPARING;
 	ctl->progress.switch_ms = -1;
 	ctl->max_rate_mb = max_rate_mb;
+	ctl->budget_rate = -1;
 	ctl->wal_usage_at_start = pgWalUsage.wal_bytes;
 	ctl->budget_start = ctl->rate_sample_time = GetCurrentTimestamp();
+	tsm_pacer_init(&ctl->pacer);
+}
+
+/* A job resumed after a restart goes on counting from what its row says. */
+void
+tsm_ctl_continue_counters(TsmJobCtl *ctl, const TsmProgress *earlier)
+{
+	ctl->progress.blocks_recopied = earlier->blocks_recopied;
+	ctl->progress.bytes_written = earlier->bytes_written;
+	ctl->progress.switch_attempts = earlier->switch_attempts;
+	ctl->progress.lock_wait_ms = earlier->lock_wait_ms;
+	ctl->wal_usage_at_start = pgWalUsage.wal_bytes - earlier->wal_bytes;
+	ctl->progress.wal_bytes = earlier->wal_bytes;
+	ctl->rate_sample_bytes = earlier->bytes_written + earlier->wal_bytes;
 }
 
 void
@@ -117,6 +148,8 @@ tsm_ctl_publish(TsmJobCtl *ctl, bool force)
 		ctl->rate_sample_time = now;
 		ctl->rate_sample_bytes = written;
 	}
+	ctl->progress.pace_mb_s = tsm_pacing == TSM_PACING_ADAPTIVE ?
+		tsm_pacer_budget_mb(&ctl->pacer) : -1;
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 	tsm_my_slot->progress = ctl->progress;
@@ -145,6 +178,7 @@ tsm_ctl_check(TsmJobCtl *ctl)
 {
 	bool		cancel;
 	double		rate;
+	bool		pause;
 
 	CHECK_FOR_INTERRUPTS();
 	if (ConfigReloadPending)
@@ -160,7 +194,9 @@ tsm_ctl_check(TsmJobCtl *ctl)
 	LWLockAcquire(tsm_shared->lock, LW_SHARED);
 	cancel = (tsm_my_slot->cancel_job_id == ctl->job_id);
 	rate = tsm_my_slot->max_rate_mb;
+	pause = tsm_my_slot->pause_requested;
 	LWLockRelease(tsm_shared->lock);
+	ctl->pause_requested = pause;
 
 	if (cancel)
 		ereport(ERROR,
@@ -168,12 +204,7 @@ tsm_ctl_check(TsmJobCtl *ctl)
 				 errmsg("move cancelled by tsmove.cancel()")));
 	if (ctl->check_conflicts)
 		ctl->check_conflicts(ctl, ctl->check_conflicts_arg);
-	if (rate != ctl->max_rate_mb)
-	{
-		ctl->max_rate_mb = rate;
-		ctl->budget_start = GetCurrentTimestamp();
-		ctl->budget_spent = 0;
-	}
+	ctl->max_rate_mb = rate;
 }
 
 /* Sleep on the latch, waking for cancel, rate changes and shutdown. */
@@ -207,36 +238,116 @@ tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase)
 }
 
 /*
+ * Charge what this worker wrote since its last charge to the budget all
+ * workers share, and sleep until it is paid for.  Charges in chunks: the
+ * shared lock is not taken per page.
+ */
+static void
+charge_total_budget(TsmJobCtl *ctl, int64 bytes)
+{
+	double		bytes_per_us;
+	TimestampTz now;
+	TimestampTz paid_until;
+
+	ctl->total_unpaid += bytes;
+	if (tsm_total_max_rate_mb <= 0)
+	{
+		ctl->total_unpaid = 0;
+		return;
+	}
+	if (ctl->total_unpaid < TSM_TOTAL_BUDGET_CHUNK)
+		return;
+	bytes_per_us = tsm_total_max_rate_mb * 1024.0 * 1024.0 / USECS_PER_SEC;
+	now = GetCurrentTimestamp();
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	paid_until = Max(tsm_shared->total_budget_paid_until, now) +
+		(TimestampTz) (ctl->total_unpaid / bytes_per_us);
+	tsm_shared->total_budget_paid_until = paid_until;
+	LWLockRelease(tsm_shared->lock);
+	ctl->total_unpaid = 0;
+
+	while ((now = GetCurrentTimestamp()) < paid_until && !ctl->pause_requested)
+	{
+		tsm_ctl_sleep(ctl, Max(1, Min(100, (paid_until - now) / 1000)));
+		tsm_ctl_publish(ctl, false);
+	}
+}
+
+/*
+ * The rate the budget runs at now: 0 = none.  Adaptive, the pace, never
+ * above the job's max_rate_mb.  Sets *hold during a probe.
+ */
+static double
+budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
+{
+	double		pace;
+
+	*hold = false;
+	if (tsm_pacing != TSM_PACING_ADAPTIVE)
+		return ctl->max_rate_mb;
+	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
+						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
+						   ctl->progress.blocks_recopied + ctl->progress.dirty_backlog);
+	pace = tsm_pacer_budget_mb(&ctl->pacer);
+	if (ctl->max_rate_mb > 0 && (pace == 0 || pace > ctl->max_rate_mb))
+		pace = ctl->max_rate_mb;
+	return pace;
+}
+
+/*
  * Charge bytes to the budget and sleep until the budget allows them.
  * Credit banked while idle is capped, so a pause is never followed by a
- * burst above the rate.
+ * burst above the rate.  Returns at once when a pause is requested.
  */
 void
 tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes)
 {
+	bool		adaptive = (tsm_pacing == TSM_PACING_ADAPTIVE);
+
 	ctl->budget_spent += bytes;
-	while (ctl->max_rate_mb > 0)
+	while (!ctl->pause_requested)
 	{
-		double		bytes_per_s = ctl->max_rate_mb * 1024.0 * 1024.0;
 		TimestampTz now = GetCurrentTimestamp();
-		double		earned = (now - ctl->budget_start) / 1.0e6 * bytes_per_s;
-		double		max_credit = bytes_per_s * TSM_BURST_SECONDS;
+		bool		hold;
+		double		rate = budget_rate_now(ctl, now, &hold);
+		double		bytes_per_s;
+		double		earned;
+		double		max_credit;
 		long		sleep_ms;
 
+		if (hold)
+		{
+			tsm_ctl_sleep(ctl, TSM_PACER_SLICE_MS);
+			tsm_ctl_publish(ctl, false);
+			continue;
+		}
+		if (rate != ctl->budget_rate)
+		{
+			/* a new rate starts a new budget, this charge included */
+			ctl->budget_rate = rate;
+			ctl->budget_start = now;
+			ctl->budget_spent = bytes;
+		}
+		if (rate <= 0)
+			break;
+		bytes_per_s = rate * 1024.0 * 1024.0;
+		earned = (now - ctl->budget_start) / 1.0e6 * bytes_per_s;
+		max_credit = bytes_per_s * TSM_BURST_SECONDS;
 		if (earned - ctl->budget_spent > max_credit)
 		{
 			ctl->budget_start = now - (TimestampTz)
 				((ctl->budget_spent + max_credit) / bytes_per_s * 1.0e6);
-			return;
+			break;
 		}
 		if (ctl->budget_spent <= earned)
-			return;
+			break;
 		sleep_ms = (long) ((ctl->budget_spent - earned) / bytes_per_s * 1000.0);
 		if (sleep_ms < 1)
-			return;
-		tsm_ctl_sleep(ctl, sleep_ms);
+			break;
+		tsm_ctl_sleep(ctl, adaptive ? Min(sleep_ms, TSM_PACER_SLICE_MS) : sleep_ms);
 		tsm_ctl_publish(ctl, false);
 	}
+	charge_total_budget(ctl, bytes);
 }
 
 /*

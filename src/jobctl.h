@@ -11,6 +11,7 @@
 #ifndef TSM_JOBCTL_H
 #define TSM_JOBCTL_H
 
+#include "pacing.h"
 #include "pg_tsmove.h"
 
 typedef struct TsmJobCtl TsmJobCtl;
@@ -28,10 +29,15 @@ struct TsmJobCtl
 	TsmProgress progress;		/* what the slot and the row show */
 
 	/* byte budget: pages written plus the WAL that logs them */
-	double		max_rate_mb;	/* MB/s, 0 = unthrottled */
+	double		max_rate_mb;	/* the job's: MB/s, 0 = none */
+	double		budget_rate;	/* the budget's now (the pace, if adaptive) */
 	TimestampTz budget_start;
 	int64		budget_spent;
+	int64		total_unpaid;	/* not yet charged to total_max_rate_mb */
 	int64		wal_usage_at_start;
+	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
+
+	bool		pause_requested;	/* tsmove.pause(): hold still */
 
 	/* the rate shown in the view */
 	TimestampTz rate_sample_time;
@@ -47,6 +53,7 @@ extern TsmWorkerSlot *tsm_my_slot;
 
 extern void tsm_ctl_init(TsmJobCtl *ctl, int64 job_id, const char *label,
 						 double max_rate_mb);
+extern void tsm_ctl_continue_counters(TsmJobCtl *ctl, const TsmProgress *earlier);
 extern void tsm_ctl_set_state(TsmJobCtl *ctl, TsmJobState state);
 extern void tsm_ctl_publish(TsmJobCtl *ctl, bool force);
 extern void tsm_ctl_save(TsmJobCtl *ctl, const char *error);

@@ -62,6 +62,8 @@ PG_FUNCTION_INFO_V1(tsm_job_ignore_replicated_change);
 /* The states in which a job has ended. */
 #define TSM_FINAL_STATES_SQL "('done', 'failed', 'cancelled', 'skipped')"
 
+static int	oid_array_values(Datum array, Oid *oids);
+
 /* Nonzero while pg_tsmove runs its own statements on the job table. */
 static int	jobsql_depth = 0;
 static bool jobsql_callbacks_registered = false;
@@ -366,18 +368,21 @@ tsm_jobrec_claim_next(TsmClaimedJob *claimed)
 
 	jobsql_begin(&ctx);
 	jobsql_run("UPDATE tsmove.job SET state = 'preparing', "
-			   "started_at = pg_catalog.clock_timestamp() "
+			   "started_at = COALESCE(started_at, pg_catalog.clock_timestamp()) "
 			   "WHERE state = 'queued' AND job_id = (" TSM_CLAIMABLE_SQL
 			   " FOR UPDATE SKIP LOCKED) "
 			   "RETURNING job_id, relid, relname, mode, source_tablespace, "
 			   "target_tablespace, max_rate_mb::pg_catalog.float8, "
-			   "COALESCE(old_relfilenodes[1], 0), submitted_by, job_kind, new_location",
+			   "COALESCE(old_relfilenodes[1], 0), submitted_by, job_kind, new_location, "
+			   "members, old_relfilenodes, new_relfilenodes, pause_requested, "
+			   "blocks_recopied, bytes_written, wal_bytes, switch_attempts, lock_wait_ms",
 			   0, NULL, NULL, NULL, false, 1, SPI_OK_UPDATE_RETURNING);
 	found = (SPI_processed == 1);
 	if (found)
 	{
 		bool		isnull;
 		bool		known;
+		Datum		new_nodes;
 
 		claimed->job_id = DatumGetInt64(jobsql_value(0, 1, &isnull));
 		claimed->relid = DatumGetObjectId(jobsql_value(0, 2, &isnull));
@@ -391,6 +396,23 @@ tsm_jobrec_claim_next(TsmClaimedJob *claimed)
 		claimed->kind = strcmp(jobsql_text(&ctx, 0, 10), "relocate") == 0 ?
 			TSM_KIND_RELOCATE : TSM_KIND_MOVE;
 		claimed->new_location = jobsql_text(&ctx, 0, 11);
+
+		/* a job with new storage recorded is one the recovery pass re-queued */
+		new_nodes = jobsql_value(0, 14, &isnull);
+		claimed->resuming = !isnull && claimed->kind == TSM_KIND_MOVE;
+		if (claimed->resuming)
+		{
+			claimed->nmembers = oid_array_values(jobsql_value(0, 12, &isnull),
+												 claimed->members);
+			(void) oid_array_values(jobsql_value(0, 13, &isnull), claimed->old_nodes);
+			(void) oid_array_values(new_nodes, claimed->new_nodes);
+		}
+		claimed->pause_requested = DatumGetBool(jobsql_value(0, 15, &isnull));
+		claimed->earlier.blocks_recopied = DatumGetInt64(jobsql_value(0, 16, &isnull));
+		claimed->earlier.bytes_written = DatumGetInt64(jobsql_value(0, 17, &isnull));
+		claimed->earlier.wal_bytes = DatumGetInt64(jobsql_value(0, 18, &isnull));
+		claimed->earlier.switch_attempts = DatumGetInt32(jobsql_value(0, 19, &isnull));
+		claimed->earlier.lock_wait_ms = DatumGetFloat8(jobsql_value(0, 20, &isnull));
 	}
 	jobsql_end(&ctx);
 	return found;
@@ -424,6 +446,21 @@ tsm_jobrec_has_queued(void)
 	found = (SPI_processed > 0);
 	jobsql_end(&ctx);
 	return found;
+}
+
+/* The elements of an oid[] (at most TSM_MAX_MEMBERS) into oids; returns how many. */
+static int
+oid_array_values(Datum array, Oid *oids)
+{
+	Datum	   *elems;
+	int			nelems;
+
+	deconstruct_array(DatumGetArrayTypeP(array), OIDOID, sizeof(Oid),
+					  true, TYPALIGN_INT, &elems, NULL, &nelems);
+	nelems = Min(nelems, TSM_MAX_MEMBERS);
+	for (int i = 0; i < nelems; i++)
+		oids[i] = DatumGetObjectId(elems[i]);
+	return nelems;
 }
 
 static ArrayType *
@@ -547,23 +584,44 @@ tsm_jobrec_set_state(int64 job_id, TsmJobState state, const char *error)
 }
 
 /*
- * Cancel a job if it is still queued, with the jobs queued behind it.
- * Returns whether it was queued.
+ * Cancel a job if it is still queued or paused before it started, with the
+ * jobs queued behind it.  Returns whether it was; *storage gets the new
+ * relfilenodes of a job that was queued to resume, for the caller to drop.
  */
 bool
-tsm_jobrec_cancel_queued(int64 job_id)
+tsm_jobrec_cancel_queued(int64 job_id, TsmUnfinishedJob *storage)
 {
 	Oid			argtype = INT8OID;
 	Datum		arg = Int64GetDatum(job_id);
+	JobSql		ctx;
+	bool		cancelled;
 
-	if (jobsql_update("UPDATE tsmove.job SET state = 'cancelled', "
-					  "error = 'cancelled before it started', "
-					  "finished_at = pg_catalog.clock_timestamp() "
-					  "WHERE job_id = $1 AND state = 'queued'",
-					  1, &argtype, &arg, NULL) == 0)
-		return false;
-	jobsql_end_chain(job_id, TSM_CANCELLED);
-	return true;
+	memset(storage, 0, sizeof(*storage));
+	jobsql_begin(&ctx);
+	jobsql_run("UPDATE tsmove.job SET state = 'cancelled', "
+			   "error = CASE WHEN new_relfilenodes IS NULL "
+			   "        THEN 'cancelled before it started' "
+			   "        ELSE 'cancelled while it waited to resume' END, "
+			   "finished_at = pg_catalog.clock_timestamp() "
+			   "WHERE job_id = $1 AND state IN ('queued', 'paused') "
+			   "RETURNING target_tablespace, new_relfilenodes",
+			   1, &argtype, &arg, NULL, false, 1, SPI_OK_UPDATE_RETURNING);
+	cancelled = (SPI_processed == 1);
+	if (cancelled)
+	{
+		bool		isnull;
+		Datum		nodes;
+
+		storage->job_id = job_id;
+		storage->target_spc = DatumGetObjectId(jobsql_value(0, 1, &isnull));
+		nodes = jobsql_value(0, 2, &isnull);
+		if (!isnull)
+			storage->nnew = oid_array_values(nodes, storage->new_relfilenodes);
+	}
+	jobsql_end(&ctx);
+	if (cancelled)
+		jobsql_end_chain(job_id, TSM_CANCELLED);
+	return cancelled;
 }
 
 void
@@ -592,9 +650,10 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 
 	jobsql_begin(&ctx);
 	jobsql_run("SELECT job_id, state, target_tablespace, new_relfilenodes, "
-			   "job_kind, old_location, new_location "
+			   "job_kind, old_location, new_location, mode "
 			   "FROM tsmove.job WHERE state NOT IN " TSM_FINAL_STATES_SQL
-			   " AND state <> 'queued' ORDER BY job_id FOR UPDATE",
+			   " AND (state NOT IN ('queued', 'paused') OR new_relfilenodes IS NOT NULL) "
+			   "ORDER BY job_id FOR UPDATE",
 			   0, NULL, NULL, NULL, false, 0, SPI_OK_SELECT);
 	rows = SPI_tuptable;
 	nrows = SPI_processed;
@@ -602,6 +661,7 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 	{
 		TsmUnfinishedJob job;
 		bool		isnull;
+		bool		known;
 		Datum		nodes;
 
 		memset(&job, 0, sizeof(job));
@@ -613,21 +673,116 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 			TSM_KIND_RELOCATE : TSM_KIND_MOVE;
 		job.old_location = SPI_getvalue(rows->vals[i], rows->tupdesc, 6);
 		job.new_location = SPI_getvalue(rows->vals[i], rows->tupdesc, 7);
+		job.mode = tsm_mode_from_name(SPI_getvalue(rows->vals[i], rows->tupdesc, 8),
+									  false, &known);
 		nodes = jobsql_value(i, 4, &isnull);
 		if (!isnull)
-		{
-			Datum	   *elems;
-			int			nelems;
-
-			deconstruct_array(DatumGetArrayTypeP(nodes), OIDOID, sizeof(Oid),
-							  true, TYPALIGN_INT, &elems, NULL, &nelems);
-			job.nnew = Min(nelems, TSM_MAX_MEMBERS);
-			for (int m = 0; m < job.nnew; m++)
-				job.new_relfilenodes[m] = DatumGetObjectId(elems[m]);
-		}
+			job.nnew = oid_array_values(nodes, job.new_relfilenodes);
 		callback(&job, arg);
 	}
 	jobsql_end(&ctx);
+}
+
+/*
+ * Ask a job to pause (pause) or to go on.  A queued job becomes 'paused'
+ * at once, and a paused one that no worker runs 'queued' again; a running
+ * job's worker reads the request from its slot, and a job a restart
+ * interrupted from the row when it is claimed again.  Returns the job's
+ * state after the update, or TSM_DONE if it had ended (nothing changed).
+ */
+TsmJobState
+tsm_jobrec_request_pause(int64 job_id, bool pause)
+{
+	Oid			argtypes[2] = {INT8OID, BOOLOID};
+	Datum		values[2];
+	JobSql		ctx;
+	TsmJobState state = TSM_DONE;
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = BoolGetDatum(pause);
+	jobsql_begin(&ctx);
+	jobsql_run("UPDATE tsmove.job SET pause_requested = $2, "
+			   "state = CASE WHEN $2 AND state = 'queued' AND new_relfilenodes IS NULL "
+			   "             THEN 'paused' "
+			   "             WHEN NOT $2 AND state = 'paused' THEN 'queued' "
+			   "             ELSE state END "
+			   "WHERE job_id = $1 AND state NOT IN " TSM_FINAL_STATES_SQL
+			   " RETURNING state",
+			   2, argtypes, values, NULL, false, 1, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed == 1)
+		state = tsm_state_from_name(jobsql_text(&ctx, 0, 1));
+	jobsql_end(&ctx);
+	return state;
+}
+
+/*
+ * The recovery pass found a move its worker left with a resume point:
+ * queue it again, to be claimed before newer jobs (it keeps its id).
+ */
+void
+tsm_jobrec_requeue_to_resume(int64 job_id)
+{
+	Oid			argtype = INT8OID;
+	Datum		arg = Int64GetDatum(job_id);
+
+	(void) jobsql_update("UPDATE tsmove.job SET state = 'queued', "
+						 "restarts = restarts + CASE WHEN state = 'queued' THEN 0 ELSE 1 END, "
+						 "error = NULL WHERE job_id = $1",
+						 1, &argtype, &arg, NULL);
+}
+
+/*
+ * Whether job_id is a job that has not ended (false if there is none), as
+ * committed now: a job claimed after the caller's snapshot was taken
+ * counts.
+ */
+bool
+tsm_jobrec_is_unfinished(int64 job_id)
+{
+	Oid			argtype = INT8OID;
+	Datum		arg = Int64GetDatum(job_id);
+	JobSql		ctx;
+	bool		found;
+
+	jobsql_begin(&ctx);
+	PushActiveSnapshot(GetLatestSnapshot());
+	jobsql_run("SELECT FROM tsmove.job WHERE job_id = $1 AND state NOT IN "
+			   TSM_FINAL_STATES_SQL,
+			   1, &argtype, &arg, NULL, true, 1, SPI_OK_SELECT);
+	found = (SPI_processed > 0);
+	PopActiveSnapshot();
+	jobsql_end(&ctx);
+	return found;
+}
+
+/*
+ * Delete the jobs that ended before cutoff, whole chains only (a table's
+ * job with the jobs of its indexes), and only chains every job of which
+ * role submitted or owns the relation of (any chain for a superuser).
+ * Returns the number of rows deleted.
+ */
+int64
+tsm_jobrec_purge(TimestampTz cutoff, Oid role)
+{
+	Oid			argtypes[2] = {TIMESTAMPTZOID, OIDOID};
+	Datum		values[2];
+	JobSql		ctx;
+	int64		deleted;
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = ObjectIdGetDatum(role);
+	jobsql_begin(&ctx);
+	jobsql_run("DELETE FROM tsmove.job j "
+			   "WHERE NOT EXISTS (SELECT FROM tsmove.job c "
+			   "  WHERE COALESCE(c.parent_job, c.job_id) = COALESCE(j.parent_job, j.job_id) "
+			   "  AND (c.state NOT IN " TSM_FINAL_STATES_SQL
+			   "       OR c.finished_at IS NULL OR c.finished_at >= $1 "
+			   "       OR NOT (pg_catalog.pg_has_role($2, c.submitted_by, 'USAGE') "
+			   "               OR pg_catalog.pg_has_role($2, c.owner, 'USAGE'))))",
+			   2, argtypes, values, NULL, false, 0, SPI_OK_DELETE);
+	deleted = (int64) SPI_processed;
+	jobsql_end(&ctx);
+	return deleted;
 }
 
 /*

@@ -48,6 +48,18 @@ typedef struct TsmClaimedJob
 	TsmRelFileNumber submitted_relfilenode;
 	Oid			submitted_by;
 	char	   *new_location;	/* a relocation's */
+	bool		pause_requested;	/* tsmove.pause() asked before the claim */
+
+	/*
+	 * A relation move the recovery pass queued again to resume: what it
+	 * recorded before it was interrupted, and its counters so far.
+	 */
+	bool		resuming;
+	int			nmembers;
+	Oid			members[TSM_MAX_MEMBERS];
+	TsmRelFileNumber old_nodes[TSM_MAX_MEMBERS];
+	TsmRelFileNumber new_nodes[TSM_MAX_MEMBERS];
+	TsmProgress earlier;
 } TsmClaimedJob;
 
 /* A job as tsmove.wait(), cancel() and set_rate() see it. */
@@ -65,6 +77,7 @@ typedef struct TsmUnfinishedJob
 	int64		job_id;
 	TsmJobKind	kind;
 	TsmJobState state;
+	TsmMoveMode mode;
 	Oid			target_spc;
 	int			nnew;
 	TsmRelFileNumber new_relfilenodes[TSM_MAX_MEMBERS];
@@ -89,9 +102,14 @@ extern void tsm_jobrec_save(int64 job_id, const TsmProgress *progress,
 							const char *error);
 extern void tsm_jobrec_set_state(int64 job_id, TsmJobState state,
 								 const char *error);
-extern bool tsm_jobrec_cancel_queued(int64 job_id);
+
 extern void tsm_jobrec_set_rate(int64 job_id, double max_rate_mb);
 extern void tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback,
 										  void *arg);
+extern bool tsm_jobrec_cancel_queued(int64 job_id, TsmUnfinishedJob *storage);
+extern TsmJobState tsm_jobrec_request_pause(int64 job_id, bool pause);
+extern void tsm_jobrec_requeue_to_resume(int64 job_id);
+extern bool tsm_jobrec_is_unfinished(int64 job_id);
+extern int64 tsm_jobrec_purge(TimestampTz cutoff, Oid role);
 
 #endif							/* TSM_JOBRECORD_H */

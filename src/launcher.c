@@ -16,13 +16,24 @@
  * started, has not ended and is not run by a live worker:
  *	- if the switch committed (row says 'warming', or pg_class already
  *	  points at a new relfilenode) the job is marked done;
+ *	- a relation move that can resume (pg_tsmove.resume_after_restart, a
+ *	  resume point, its slot still keeping the WAL from there, no FSM or
+ *	  VM fork created by a switch) is queued again, and the next worker
+ *	  takes it up where it was (resume.c); one that had created nothing
+ *	  yet is simply queued again;
  *	- otherwise the new relfilenodes recorded in the row are dropped with
  *	  RelationDropStorage (WAL replay recreated whatever the dead worker had
- *	  written; the commit record removes it, on standbys too) and the job is
- *	  marked failed, with the jobs chained behind it;
+ *	  written; the commit record removes it, on standbys too), its slot and
+ *	  resume point with them, and the job is marked failed, with the jobs
+ *	  chained behind it;
  *	- a tablespace relocation is finished or undone by relocate.c, as the
  *	  tablespace's link says.
- * Then, if the database has queued jobs, it marks the database pending.
+ * Then it removes the slots and resume points of jobs that have ended, and,
+ * if the database has queued jobs, marks the database pending.  Every
+ * TSM_SLOT_CHECK_MS the launcher also looks at the jobs' slots that no
+ * worker uses: those of dropped databases it drops, and where one keeps
+ * more than pg_tsmove.max_retained_wal, it runs a recovery pass, which
+ * fails that job.
  *
  * The queue.  A database is pending when it may have queued jobs that no
  * worker runs: tsmove.move() marks it at commit, a worker that claimed a
@@ -68,7 +79,10 @@
 
 #include "jobrecord.h"
 #include "move.h"
+#include "resume.h"
 
+/* How often the launcher looks at the slots of jobs no worker runs. */
+#define TSM_SLOT_CHECK_MS 10000
 /* Seconds before the postmaster restarts a launcher that died. */
 #define TSM_LAUNCHER_RESTART_S 5
 /* Longest sleep of the launcher when nothing wakes it. */
@@ -213,6 +227,25 @@ tsm_worker_exited(Oid dbid, bool queue_empty, bool died_in_job)
 		pending_entry_forget_if_idle(e);
 	LWLockRelease(tsm_shared->lock);
 	wake_launcher();
+}
+
+/*
+ * Whether the launcher has work noted for dbid: a worker to start or a
+ * recovery pass to run (tsmove.wait() asks, to tell a job whose worker is
+ * gone for good from one about to be taken up).
+ */
+bool
+tsm_database_has_pending_work(Oid dbid)
+{
+	bool		pending;
+	TsmPendingDb *e;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	e = pending_entry(dbid, false);
+	pending = (e != NULL && (e->pending || e->needs_recovery)) ||
+		tsm_shared->pending_overflow || tsm_shared->launcher_latch == NULL;
+	LWLockRelease(tsm_shared->lock);
+	return pending;
 }
 
 /* Number of running workers; caller holds the lock. */
@@ -421,6 +454,25 @@ tsm_launcher_nap_ms(void)
 	}
 	LWLockRelease(tsm_shared->lock);
 	return nap_ms;
+}
+
+/*
+ * Every TSM_SLOT_CHECK_MS: drop the slots of jobs of databases that no
+ * longer exist, and run a recovery pass where a waiting job's slot keeps
+ * too much WAL.
+ */
+static void
+tsm_check_job_slots(void)
+{
+	static TimestampTz last_check = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	if (!TimestampDifferenceExceeds(last_check, now, TSM_SLOT_CHECK_MS))
+		return;
+	last_check = now;
+	foreach(lc, tsm_resume_check_slots(tsm_database_list(false)))
+		tsm_mark_database_pending(lfirst_oid(lc), true);
 }
 
 /* ---- dispatching ---- */
@@ -644,6 +696,7 @@ tsm_launcher_main(Datum main_arg)
 		LWLockRelease(tsm_shared->lock);
 		if (overflow)
 			tsm_recover_all_databases();
+		tsm_check_job_slots();
 		tsm_recover_flagged_databases();
 		tsm_dispatch();
 		nap_ms = tsm_launcher_nap_ms();
@@ -676,11 +729,47 @@ tsm_job_has_worker(int64 job_id)
 	return found;
 }
 
-/* Finish off one job left behind; runs in the recovery transaction. */
+/* Whether a move whose worker stopped can resume; if not, why. */
+static bool
+tsm_move_can_resume(const TsmUnfinishedJob *job, const char **why)
+{
+	*why = NULL;
+	if (!tsm_resume_after_restart)
+		*why = "pg_tsmove.resume_after_restart is off";
+	else if (job->mode == TSM_MODE_EXCLUSIVE)
+		*why = "a move in exclusive mode does not resume";
+	else if (!tsm_resume_exists(MyDatabaseId, job->job_id))
+		*why = "it had no resume point";
+	else
+		(void) tsm_resume_slot_usable(MyDatabaseId, job->job_id, why);
+	for (int i = 0; i < job->nnew && *why == NULL; i++)
+	{
+		TsmRelFileNode node;
+		SMgrRelation dest;
+
+		TSM_SPC(node) = job->target_spc;
+		TSM_DB(node) = MyDatabaseId;
+		TSM_REL(node) = job->new_relfilenodes[i];
+		dest = tsm_smgropen(node);
+		if (!smgrexists(dest, MAIN_FORKNUM))
+			*why = "its new files are missing";
+		else if (smgrexists(dest, FSM_FORKNUM) || smgrexists(dest, VISIBILITYMAP_FORKNUM))
+			*why = "it was interrupted during its switch";
+	}
+	return *why == NULL;
+}
+
+/*
+ * Finish off one job left behind; runs in the recovery transaction.  arg
+ * points to a bool set when the job is queued again (the transaction's
+ * snapshot would not see that).
+ */
 static void
 tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 {
+	bool	   *requeued = (bool *) arg;
 	bool		switched = (job->state == TSM_WARMING);
+	const char *why;
 
 	if (tsm_job_has_worker(job->job_id))
 		return;
@@ -705,8 +794,30 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 	{
 		tsm_jobrec_set_state(job->job_id, TSM_DONE,
 							 "the server stopped after the switch, before warming finished");
+		tsm_resume_drop_slot(MyDatabaseId, job->job_id);
+		tsm_resume_forget(MyDatabaseId, job->job_id);
 		ereport(LOG,
 				(errmsg("pg_tsmove: job %lld had switched when its worker stopped; marked done",
+						(long long) job->job_id)));
+		return;
+	}
+	if (job->nnew == 0 && tsm_resume_after_restart)
+	{
+		/* nothing was created yet: it can start again from the queue */
+		tsm_jobrec_requeue_to_resume(job->job_id);
+		*requeued = true;
+		tsm_resume_drop_slot(MyDatabaseId, job->job_id);
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld was interrupted before it created anything; queued again",
+						(long long) job->job_id)));
+		return;
+	}
+	if (tsm_move_can_resume(job, &why))
+	{
+		tsm_jobrec_requeue_to_resume(job->job_id);
+		*requeued = true;
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld was interrupted; queued again to resume from its resume point",
 						(long long) job->job_id)));
 		return;
 	}
@@ -719,11 +830,14 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 		TSM_REL(node) = job->new_relfilenodes[i];
 		tsm_drop_storage(node);
 	}
+	tsm_resume_drop_slot(MyDatabaseId, job->job_id);
+	tsm_resume_forget(MyDatabaseId, job->job_id);
 	tsm_jobrec_set_state(job->job_id, TSM_FAILED,
-						 "interrupted by a server crash or shutdown; its new files were removed");
+						 psprintf("interrupted by a server crash, shutdown or pg_terminate_backend(); "
+								  "its new files were removed (it could not resume: %s)", why));
 	ereport(LOG,
-			(errmsg("pg_tsmove: job %lld was interrupted; removed %d new relation file sets",
-					(long long) job->job_id, job->nnew)));
+			(errmsg("pg_tsmove: job %lld was interrupted and could not resume (%s); removed %d new relation file sets",
+					(long long) job->job_id, why, job->nnew)));
 }
 
 void
@@ -742,9 +856,12 @@ tsm_recovery_main(Datum main_arg)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("pg_tsmove", true)))
 	{
-		tsm_jobrec_foreach_unfinished(tsm_recover_job, NULL);
-		queued = tsm_jobrec_has_queued();
+		tsm_jobrec_foreach_unfinished(tsm_recover_job, &queued);
+		tsm_resume_remove_orphans(dbid, tsm_jobrec_is_unfinished);
+		queued |= tsm_jobrec_has_queued();
 	}
+	else
+		tsm_resume_remove_orphans(dbid, NULL);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	if (queued)

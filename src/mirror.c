@@ -18,9 +18,13 @@
  * holds a share lock.  So a change the copy did not contain has a record
  * starting after the copy finished, and that record is read later.
  *
- * A relation move follows nothing else: a truncation of one of its files
- * fails the job (its session lock keeps every other relfilenode change
- * away).  A relocation follows the whole tablespace (follow_tablespace):
+ * A relation move follows its own files only: a truncation truncates the
+ * copy (its session lock keeps VACUUM's truncation away while it runs, but
+ * a move resumed after a restart may find one in the WAL it reads again),
+ * and a commit that drops one of them fails the job (no command drops
+ * a relation without AccessExclusiveLock, which the job's lock excludes;
+ * this is the check that it stays so).  A relocation follows
+ * the whole tablespace (follow_tablespace):
  *	- a file it has not seen (XLOG_SMGR_CREATE, or a block reference) is
  *	  offered to the front end, which adds it;
  *	- XLOG_SMGR_TRUNCATE truncates the copies (the FSM and VM are copied
@@ -32,11 +36,15 @@
  *	- CREATE/DROP DATABASE and DROP TABLESPACE records that name the
  *	  tablespace end the job (foreign_change).
  *
- * WAL retention: a temporary physical replication slot, created before
- * start_lsn is taken, holds the WAL the reader has yet to read; the reader
- * advances it.  If max_slot_wal_keep_size makes the checkpointer invalidate
- * it, the move fails.
- *
+ * WAL retention: a physical replication slot, created before start_lsn is
+ * taken, holds the WAL the reader has yet to read.  A temporary slot (a
+ * relocation) follows the reader.  A persistent slot (a relation move,
+ * which can resume after a restart: resume.c) stays at the last resume
+ * point, where the job would read the WAL again from, and is dropped when
+ * the job ends.  If the slot keeps more than pg_tsmove.max_retained_wal, or
+ * max_slot_wal_keep_size makes the checkpointer invalidate it, the move
+ * fails.
+
  * Only the worker reads the dirty sets; no shared state, no locks.
  *
  *-------------------------------------------------------------------------
@@ -88,16 +96,6 @@ mirror_truncate(TsmFileSet *fs, xl_smgr_truncate *xlrec)
 	TsmRelFileNode node = TSM_SMGR_XLREC_NODE(xlrec);
 	TsmFile    *f;
 
-	if (!OidIsValid(fs->follow_tablespace))
-	{
-		if (tsm_fileset_find(fs, node, MAIN_FORKNUM))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("relation \"%s\" was truncated during its move",
-							fs->ctl->label),
-					 errhint("Submit the move again.")));
-		return;
-	}
 	if ((xlrec->flags & SMGR_TRUNCATE_HEAP) &&
 		(f = tsm_fileset_find(fs, node, MAIN_FORKNUM)) != NULL)
 		tsm_file_truncate(fs, f, xlrec->blkno);
@@ -135,8 +133,16 @@ mirror_xact(TsmFileSet *fs, XLogReaderState *reader)
 		nodes = TSM_PARSED_XACT_NODES(parsed);
 	}
 	for (int i = 0; i < nrels; i++)
+	{
 		if (in_followed_tablespace(fs, nodes[i]))
 			drop_node(fs, nodes[i]);
+		else if (!OidIsValid(fs->follow_tablespace) && info == XLOG_XACT_COMMIT &&
+				 tsm_fileset_find(fs, nodes[i], MAIN_FORKNUM) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("\"%s\" was dropped during its move", fs->ctl->label),
+					 errhint("Nothing is left to move.")));
+	}
 }
 
 static void
@@ -190,7 +196,7 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 				fs->ops->new_file(fs, TSM_SMGR_XLREC_NODE(xlrec), xlrec->forkNum);
 		}
 	}
-	else if (follow && rmid == RM_XACT_ID)
+	else if (rmid == RM_XACT_ID)
 		mirror_xact(fs, reader);
 	else if (follow && (rmid == RM_DBASE_ID || rmid == RM_TBLSPC_ID))
 		mirror_dbase_or_tblspc(fs, reader);
@@ -228,25 +234,20 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 	}
 }
 
-/* Let the slot release WAL the reader has consumed. */
+/*
+ * Fail if the slot gave up its WAL (max_slot_wal_keep_size), or keeps more
+ * than pg_tsmove.max_retained_wal.
+ */
 static void
-mirror_advance_slot(TsmMirror *mirror, TsmFileSet *fs)
+mirror_check_retention(TsmFileSet *fs)
 {
 	ReplicationSlot *slot = MyReplicationSlot;
-	XLogRecPtr	keep_from = mirror->next_lsn;
-	TimestampTz now = GetCurrentTimestamp();
+	XLogRecPtr	restart_lsn;
 	bool		invalidated;
-
-	if (slot == NULL || XLogRecPtrIsInvalid(keep_from) ||
-		!TimestampDifferenceExceeds(mirror->last_slot_advance, now,
-									TSM_SLOT_ADVANCE_MS))
-		return;
-	mirror->last_slot_advance = now;
 
 	SpinLockAcquire(&slot->mutex);
 	invalidated = tsm_slot_invalidated(slot);
-	if (!invalidated && slot->data.restart_lsn < keep_from)
-		slot->data.restart_lsn = keep_from;
+	restart_lsn = slot->data.restart_lsn;
 	SpinLockRelease(&slot->mutex);
 	if (invalidated)
 		ereport(ERROR,
@@ -254,26 +255,129 @@ mirror_advance_slot(TsmMirror *mirror, TsmFileSet *fs)
 				 errmsg("the WAL needed to mirror the move of \"%s\" was removed",
 						fs->ctl->label),
 				 errhint("Raise max_slot_wal_keep_size, or give the move a higher rate.")));
+	if (GetXLogInsertRecPtr() - restart_lsn > (uint64) tsm_max_retained_wal_mb * 1024 * 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("the move of \"%s\" kept more than pg_tsmove.max_retained_wal of WAL",
+						fs->ctl->label),
+				 errhint("Raise pg_tsmove.max_retained_wal, or move it when there are fewer writes.")));
+}
+
+/* Move the slot's restart_lsn forward to keep_from, durably if persistent. */
+static void
+mirror_move_slot(TsmMirror *mirror, XLogRecPtr keep_from)
+{
+	ReplicationSlot *slot = MyReplicationSlot;
+	bool		moved = false;
+
+	SpinLockAcquire(&slot->mutex);
+	if (!tsm_slot_invalidated(slot) && slot->data.restart_lsn < keep_from)
+	{
+		slot->data.restart_lsn = keep_from;
+		moved = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (!moved)
+		return;
+	if (mirror->persistent)
+	{
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+	}
 	ReplicationSlotsComputeRequiredLSN();
 }
 
 /*
- * Create the slot, reserve WAL, and take start_lsn: every change from here
- * on is seen.  Must run before the job lists its files and copies the
- * first page; the reader lives in cxt.
+ * At most every TSM_SLOT_ADVANCE_MS: a temporary slot follows the reader
+ * (a persistent one moves only at resume points, tsm_mirror_keep_from),
+ * and the retention is checked.
+ */
+static void
+mirror_advance_slot(TsmMirror *mirror, TsmFileSet *fs)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (MyReplicationSlot == NULL ||
+		!TimestampDifferenceExceeds(mirror->last_slot_advance, now,
+									TSM_SLOT_ADVANCE_MS))
+		return;
+	mirror->last_slot_advance = now;
+	if (!mirror->persistent && !XLogRecPtrIsInvalid(mirror->next_lsn))
+		mirror_move_slot(mirror, mirror->next_lsn);
+	mirror_check_retention(fs);
+}
+
+/*
+ * The WAL position before which every record has been applied to the file
+ * set: a resume point's resume_lsn.
+ */
+XLogRecPtr
+tsm_mirror_position(TsmMirror *mirror)
+{
+	return XLogRecPtrIsInvalid(mirror->next_lsn) ? mirror->start_lsn : mirror->next_lsn;
+}
+
+/* Keep the WAL from lsn on; let the slot release what is before it. */
+void
+tsm_mirror_keep_from(TsmMirror *mirror, XLogRecPtr lsn)
+{
+	if (mirror->started && MyReplicationSlot != NULL)
+		mirror_move_slot(mirror, lsn);
+}
+
+/*
+ * Start reading the WAL, with a slot called slot_name keeping it.
+ *
+ * From now (resume_lsn invalid): create the slot, temporary or persistent,
+ * reserve WAL, and take start_lsn: every change from here on is seen.
+ * Must run before the job lists its files and copies the first page.
+ *
+ * From a resume point (resume_lsn valid): acquire the persistent slot the
+ * job left, which must still keep resume_lsn, and read from there.
+ *
+ * The reader lives in cxt.
  */
 void
-tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt, const char *slot_name)
+tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt, const char *slot_name,
+				 bool persistent, XLogRecPtr resume_lsn)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 
 	CheckSlotRequirements();
-	tsm_create_temporary_slot(slot_name);
-	mirror->slot_created = true;
-	ReplicationSlotReserveWal();
-	ReplicationSlotsComputeRequiredLSN();
+	mirror->persistent = persistent;
+	strlcpy(mirror->slot_name, slot_name, NAMEDATALEN);
+	if (XLogRecPtrIsInvalid(resume_lsn))
+	{
+		tsm_create_physical_slot(slot_name, persistent);
+		mirror->slot_created = true;
+		ReplicationSlotReserveWal();
+		if (persistent)
+		{
+			ReplicationSlotMarkDirty();
+			ReplicationSlotSave();
+		}
+		ReplicationSlotsComputeRequiredLSN();
+		mirror->start_lsn = GetXLogInsertRecPtr();
+	}
+	else
+	{
+		XLogRecPtr	restart_lsn;
+		bool		invalidated;
 
-	mirror->start_lsn = GetXLogInsertRecPtr();
+		Assert(persistent);
+		tsm_acquire_slot(slot_name);
+		mirror->slot_created = true;
+		SpinLockAcquire(&MyReplicationSlot->mutex);
+		restart_lsn = MyReplicationSlot->data.restart_lsn;
+		invalidated = tsm_slot_invalidated(MyReplicationSlot);
+		SpinLockRelease(&MyReplicationSlot->mutex);
+		if (invalidated || XLogRecPtrIsInvalid(restart_lsn) || restart_lsn > resume_lsn)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the WAL from the resume point of this move is gone"),
+					 errhint("Submit the move again.")));
+		mirror->start_lsn = resume_lsn;
+	}
 	mirror->next_lsn = InvalidXLogRecPtr;
 	mirror->last_slot_advance = GetCurrentTimestamp();
 	mirror->reader =
@@ -351,9 +455,13 @@ tsm_mirror_drain(TsmMirror *mirror, TsmFileSet *fs)
 	mirror_advance_slot(mirror, fs);
 }
 
-/* Drop the slot and the reader; safe to call twice and after errors. */
+/*
+ * Free the reader and drop the slot, or with keep_slot release a
+ * persistent slot for the job to resume from.  Safe to call twice and
+ * after errors.
+ */
 void
-tsm_mirror_stop(TsmMirror *mirror)
+tsm_mirror_stop(TsmMirror *mirror, bool keep_slot)
 {
 	if (mirror->reader)
 	{
@@ -364,7 +472,10 @@ tsm_mirror_stop(TsmMirror *mirror)
 	{
 		if (MyReplicationSlot != NULL)
 			ReplicationSlotRelease();
-		ReplicationSlotCleanup();
+		ReplicationSlotCleanup();	/* drops a temporary one */
+		if (mirror->persistent && !keep_slot &&
+			SearchNamedReplicationSlot(mirror->slot_name, true) != NULL)
+			tsm_drop_slot(mirror->slot_name);
 		mirror->slot_created = false;
 	}
 	mirror->started = false;

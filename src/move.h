@@ -66,6 +66,9 @@ struct TsmJob
 	TsmFileSet	files;
 	TsmMirror	mirror;
 	bool		needs_mirror;	/* false: nothing can change while it copies */
+	bool		resumable;		/* resume points are made (a relation move) */
+	XLogRecPtr	resume_lsn;		/* resuming: where the mirror reads from */
+	TimestampTz last_resume_point;
 	const TsmFrontEnd *front;
 	void	   *state;			/* the front end's */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
@@ -110,6 +113,8 @@ typedef struct TsmRelMember
 	bool		standard_pages; /* heap or btree: pages have pd_lower/upper */
 	TsmRelFileNode old_node;
 	TsmRelFileNode new_node;
+	BlockNumber resumed_length; /* resuming: blocks of the new main fork
+								 * found on disk, overwritten, not extended */
 	BlockNumber *warm_blocks;	/* blocks of the old file in shared buffers */
 	int			nwarm;
 } TsmRelMember;
@@ -119,7 +124,6 @@ typedef struct TsmRelMove
 	int			nmembers;		/* the relation, its TOAST table and index */
 	TsmRelMember members[TSM_MAX_MEMBERS];
 	char	   *target_name;
-	bool		storage_created;
 	bool		session_locked;
 } TsmRelMove;
 

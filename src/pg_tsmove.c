@@ -30,12 +30,19 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-double		tsm_max_rate_mb = 64.0;
+double		tsm_max_rate_mb = 0.0;
 int			tsm_switch_lock_timeout_ms = 20;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;
 bool		tsm_yield_to_ddl = true;
 char	   *tsm_debug_pause_at = NULL;
+int			tsm_pacing = TSM_PACING_ADAPTIVE;
+double		tsm_total_max_rate_mb = 0.0;
+double		tsm_min_rate_mb = 1.0;
+int			tsm_pacing_target_pct = 95;
+bool		tsm_resume_after_restart = true;
+int			tsm_resume_interval_s = 30;
+int			tsm_max_retained_wal_mb = 16384;
 
 TsmShared  *tsm_shared = NULL;
 
@@ -53,6 +60,13 @@ static const char *const state_names[] = {
 	[TSM_FAILED] = "failed",
 	[TSM_CANCELLED] = "cancelled",
 	[TSM_SKIPPED] = "skipped",
+	[TSM_PAUSED] = "paused",
+};
+
+static const struct config_enum_entry pacing_options[] = {
+	{"adaptive", TSM_PACING_ADAPTIVE, false},
+	{"fixed", TSM_PACING_FIXED, false},
+	{NULL, 0, false}
 };
 
 static const char *const mode_names[] = {
@@ -159,13 +173,78 @@ void
 _PG_init(void)
 {
 	DefineCustomRealVariable("pg_tsmove.max_rate_mb",
-							 "Default byte budget of a move, in MB per second (0 = unthrottled).",
+							 "Default ceiling of a move's byte rate, in MB per second (0 = none).",
 							 "Counts the pages written to the new files and the WAL that logs them. "
+							 "With pg_tsmove.pacing = fixed a move runs at this rate, 0 meaning unthrottled; "
+							 "with adaptive pacing it is the highest pace. "
 							 "tsmove.move(max_rate_mb => ...) and tsmove.set_rate() override it per job.",
 							 &tsm_max_rate_mb,
-							 64.0, 0.0, 1.0e6,
+							 0.0, 0.0, 1.0e6,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("pg_tsmove.pacing",
+							 "How moves pace themselves: adaptive or fixed.",
+							 "adaptive: as fast as the other sessions' throughput allows (pg_tsmove.pacing_target), "
+							 "never above the job's max_rate_mb nor below pg_tsmove.min_rate_mb; "
+							 "fixed: at the job's max_rate_mb.",
+							 &tsm_pacing,
+							 TSM_PACING_ADAPTIVE, pacing_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.pacing_target",
+							"Share of the other sessions' throughput adaptive pacing keeps, in percent.",
+							"The pace falls when transactions per second drop below this share of what they "
+							"are while the move holds still, and rises while they do not.",
+							&tsm_pacing_target_pct,
+							95, 50, 100,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomRealVariable("pg_tsmove.min_rate_mb",
+							 "Lowest pace of adaptive pacing, in MB per second.",
+							 "Adaptive pacing also stays above the rate at which writes make copied pages dirty, "
+							 "so that a move always finishes.",
+							 &tsm_min_rate_mb,
+							 1.0, 0.1, 1.0e6,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("pg_tsmove.total_max_rate_mb",
+							 "Ceiling of the sum of the byte rates of all running moves, in MB per second (0 = none).",
+							 "Applies on top of each job's own rate, across databases.",
+							 &tsm_total_max_rate_mb,
+							 0.0, 0.0, 1.0e6,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("pg_tsmove.resume_after_restart",
+							 "Whether a relation move interrupted by a restart or crash continues where it was.",
+							 "On: it continues from its last resume point; off: its new files are removed "
+							 "and it is marked failed.",
+							 &tsm_resume_after_restart,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.resume_interval",
+							"Time between two resume points of a relation move.",
+							"At each, the new files are fsynced and the WAL from there on is kept, so a restart "
+							"loses at most this much of the copy.",
+							&tsm_resume_interval_s,
+							30, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.max_retained_wal",
+							"Most WAL a move's replication slot may keep before the move fails.",
+							"A move that waits for a worker, or whose reading of the WAL falls behind, "
+							"keeps the WAL from its last resume point; past this it fails and releases it.",
+							&tsm_max_retained_wal_mb,
+							16384, 64, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pg_tsmove.switch_lock_timeout",
 							"Longest wait for the exclusive lock of one switch attempt.",
@@ -194,8 +273,8 @@ _PG_init(void)
 
 	DefineCustomBoolVariable("pg_tsmove.yield_to_ddl",
 							 "Whether an online move cancels itself when a command waits for a conflicting lock.",
-							 "DDL, VACUUM and CREATE INDEX would otherwise wait for the whole move, "
-							 "and every query queued behind them with them.",
+							 "DDL that needs AccessExclusiveLock would otherwise wait for the whole move, "
+							 "and every query queued behind it with it.",
 							 &tsm_yield_to_ddl,
 							 true,
 							 PGC_SIGHUP, 0,

@@ -20,9 +20,10 @@
  * Locking of the shared state: TsmShared->lock guards every field of
  * TsmShared, the pending-database table and every slot.  The launcher
  * takes it exclusively to claim a slot for a worker it starts; a worker
- * to publish its job and counters (a few times a second) and to release
- * its slot; backends to mark a database pending, to request a cancel or
- * a rate change.  Readers (tsmove.jobs, wait) take it shared.
+ * to publish its job and counters (a few times a second), to charge the
+ * budget all workers share (every TSM_TOTAL_BUDGET_CHUNK bytes) and to
+ * release its slot; backends to mark a database pending, to request a cancel or
+ * a rate change, a pause or a resume.  Readers (tsmove.jobs, wait) take it shared.
  *
  *-------------------------------------------------------------------------
  */
@@ -60,8 +61,18 @@ typedef enum TsmJobState
 	TSM_DONE,
 	TSM_FAILED,
 	TSM_CANCELLED,
-	TSM_SKIPPED					/* never ran: move_tablespace() says why */
+	TSM_SKIPPED,				/* never ran: move_tablespace() says why */
+	TSM_PAUSED					/* tsmove.pause(): copies nothing until
+								 * tsmove.resume() */
 } TsmJobState;
+
+/* How a worker paces its copy (pg_tsmove.pacing). */
+typedef enum TsmPacing
+{
+	TSM_PACING_ADAPTIVE,		/* by what the foreground feels, up to the
+								 * job's rate */
+	TSM_PACING_FIXED			/* at the job's rate */
+} TsmPacing;
 
 /* What a job does: move one relation, or relocate a whole tablespace. */
 typedef enum TsmJobKind
@@ -92,6 +103,7 @@ typedef struct TsmProgress
 	int64		bytes_written;
 	int64		wal_bytes;
 	double		rate_mb_s;
+	double		pace_mb_s;		/* the adaptive pace now; 0 with fixed pacing */
 	int			switch_attempts;
 	double		lock_wait_ms;
 	double		switch_ms;		/* < 0 until the switch happened */
@@ -115,6 +127,7 @@ typedef struct TsmWorkerSlot
 	Oid			source_spc;		/* a relocation: both are its tablespace */
 	Oid			target_spc;
 	int64		cancel_job_id;	/* tsmove.cancel() asked this job to stop */
+	bool		pause_requested;	/* tsmove.pause() asked it to hold still */
 	double		max_rate_mb;	/* byte budget, MB/s, 0 = unthrottled */
 	TsmProgress progress;
 } TsmWorkerSlot;
@@ -135,6 +148,13 @@ typedef struct TsmShared
 	LWLock	   *lock;
 	Latch	   *launcher_latch; /* NULL while no launcher runs */
 	bool		pending_overflow;	/* a database did not fit in pending[] */
+
+	/*
+	 * pg_tsmove.total_max_rate_mb, the budget all workers share: the time
+	 * at which the bytes charged so far are paid for (a virtual clock that
+	 * never lags now by more than a short burst).
+	 */
+	TimestampTz total_budget_paid_until;
 	TsmPendingDb pending[TSM_MAX_PENDING_DBS];
 	int			nslots;
 	TsmWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
@@ -147,6 +167,13 @@ extern int	tsm_max_workers;
 extern int	tsm_switch_backlog_blocks;
 extern bool tsm_yield_to_ddl;
 extern char *tsm_debug_pause_at;
+extern int	tsm_pacing;
+extern double tsm_total_max_rate_mb;
+extern double tsm_min_rate_mb;
+extern int	tsm_pacing_target_pct;
+extern bool tsm_resume_after_restart;
+extern int	tsm_resume_interval_s;
+extern int	tsm_max_retained_wal_mb;
 extern TsmShared *tsm_shared;
 
 extern void tsm_require_preload(void);
@@ -161,6 +188,7 @@ extern void tsm_register_launcher(void);
 extern void tsm_mark_database_pending(Oid dbid, bool needs_recovery);
 extern void tsm_worker_exited(Oid dbid, bool queue_empty, bool died_in_job);
 extern int	tsm_running_workers(void);
+extern bool tsm_database_has_pending_work(Oid dbid);
 extern void tsm_queue_note(Oid dbid, char *note, Size len);
 extern PGDLLEXPORT void tsm_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void tsm_recovery_main(Datum main_arg);

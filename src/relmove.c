@@ -11,13 +11,19 @@
  *	  relfilenode in the target tablespace, chosen and committed in the job
  *	  row before any file is created: after a crash the row is the record
  *	  of what to remove.
- *	- A session lock on every member is held from prepare to the switch:
- *	  ShareUpdateExclusiveLock online (as CREATE INDEX CONCURRENTLY: DML goes
- *	  on, anything that would change the relfilenode waits or, with
- *	  pg_tsmove.yield_to_ddl, makes the move give way), ExclusiveLock in
- *	  quiesce mode (writes wait), AccessExclusiveLock in exclusive mode
- *	  (everything waits; the only way to move an unlogged relation, whose
- *	  changes the mirror cannot see).
+ *	- A session lock on every member is held from prepare to the switch.
+ *	  Online, the weakest that keeps the relfilenode from changing:
+ *	  AccessShareLock, since everything that gives a relation a new
+ *	  relfilenode (TRUNCATE, VACUUM FULL, CLUSTER, REINDEX, SET TABLESPACE,
+ *	  rewriting ALTER TABLE, DROP) takes AccessExclusiveLock.  So DML,
+ *	  VACUUM and autovacuum (whose changes are WAL-logged and mirrored; the
+ *	  truncation at its end needs AccessExclusiveLock, so it is skipped),
+ *	  ANALYZE and CREATE INDEX CONCURRENTLY run beside the move; DDL that
+ *	  would change the relfilenode waits or, with pg_tsmove.yield_to_ddl,
+ *	  makes the move give way.  ExclusiveLock in quiesce mode (writes
+ *	  wait), AccessExclusiveLock in exclusive mode (everything waits; the
+ *	  only way to move an unlogged relation, whose changes the mirror cannot
+ *	  see).
  *	- The sink writes through smgr with skipFsync, WAL-logs each page as a
  *	  full-page image of the new relfilenode (standbys and crash recovery
  *	  rebuild the file from it; it also sets the page LSN) unless the fork
@@ -49,6 +55,8 @@
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
 #include "storage/smgr.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -56,6 +64,7 @@
 #include "utils/snapmgr.h"
 
 #include "move.h"
+#include "resume.h"
 
 /* ---- storage ---- */
 
@@ -121,6 +130,9 @@ relmove_write(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page,
 		log_newpage(&m->new_node, f->key.fork, blkno, page,
 					f->key.fork == MAIN_FORKNUM && m->standard_pages);
 	PageSetChecksumInplace(page, blkno);
+	/* a resumed move overwrites what it wrote after its resume point */
+	if (f->key.fork == MAIN_FORKNUM && blkno < m->resumed_length)
+		extend = false;
 	tsm_smgr_put_block(tsm_smgropen(m->new_node), f->key.fork, blkno, page,
 					   extend, true);
 }
@@ -138,11 +150,35 @@ relmove_sync(TsmFileSet *fs, TsmFile *f)
 	smgrimmedsync(tsm_smgropen(member_of(fs, f)->new_node), f->key.fork);
 }
 
-/* A relation move never follows a truncation: its session lock excludes it. */
+/*
+ * The source was truncated (VACUUM, while a resumed move held no lock):
+ * truncate the copy, WAL-logged first as RelationTruncate() does, so that
+ * crash recovery and standbys truncate it too.
+ */
 static void
 relmove_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks)
 {
-	elog(ERROR, "pg_tsmove: the copy of a moving relation cannot be truncated");
+	TsmRelMember *m = member_of(fs, f);
+	SMgrRelation dest = tsm_smgropen(m->new_node);
+
+	if (!smgrexists(dest, f->key.fork) || smgrnblocks(dest, f->key.fork) <= nblocks)
+		return;
+	if (fork_needs_wal(m, f->key.fork))
+	{
+		xl_smgr_truncate xlrec;
+		XLogRecPtr	lsn;
+
+		Assert(f->key.fork == MAIN_FORKNUM);
+		xlrec.blkno = nblocks;
+		TSM_SMGR_XLREC_NODE(&xlrec) = m->new_node;
+		xlrec.flags = SMGR_TRUNCATE_HEAP;
+		XLogBeginInsert();
+		XLogRegisterData((char *) &xlrec, sizeof(xlrec));
+		lsn = XLogInsert(RM_SMGR_ID, XLOG_SMGR_TRUNCATE | XLR_SPECIAL_REL_UPDATE);
+		XLogFlush(lsn);
+	}
+	tsm_smgr_truncate(dest, f->key.fork, nblocks);
+	m->resumed_length = Min(m->resumed_length, nblocks);
 }
 
 static const TsmFileSetOps relmove_sink = {
@@ -162,7 +198,7 @@ session_lockmode(TsmJob *job)
 	switch (job->row.mode)
 	{
 		case TSM_MODE_ONLINE:
-			return ShareUpdateExclusiveLock;
+			return AccessShareLock;
 		case TSM_MODE_QUIESCE:
 			return ExclusiveLock;
 		case TSM_MODE_EXCLUSIVE:
@@ -172,12 +208,42 @@ session_lockmode(TsmJob *job)
 }
 
 /*
- * An online move's session lock makes DDL, VACUUM and CREATE INDEX on the
- * relation wait for the whole move, and every query queued behind such a
- * command waits with it.  With pg_tsmove.yield_to_ddl the move gives way:
- * it cancels itself as soon as anyone waits for a lock that conflicts with
- * its own.  Not in the other modes, where others are meant to wait, nor
- * once the switch holds the exclusive lock.
+ * Whether a backend waits for AccessExclusiveLock on relid, the only mode
+ * that conflicts with an online move's AccessShareLock.  Not
+ * LockHasWaiters(): a lock this weak is usually held through the fast
+ * path, where it has no shared entry to look at.  Instead the waiters'
+ * PGPROCs, under the lock partition's LWLock, which is what guards their
+ * waitLock.
+ */
+static bool
+relation_has_exclusive_waiter(Oid relid)
+{
+	LOCKTAG		tag;
+	LWLock	   *partition;
+	bool		found = false;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
+	partition = LockHashPartitionLock(LockTagHashCode(&tag));
+	LWLockAcquire(partition, LW_SHARED);
+	for (int i = 0; i < ProcGlobal->allProcCount && !found; i++)
+	{
+		PGPROC	   *proc = GetPGProcByNumber(i);
+		LOCK	   *waiting_for = proc->waitLock;
+
+		found = (waiting_for != NULL && proc->waitLockMode == AccessExclusiveLock &&
+				 memcmp(&waiting_for->tag, &tag, sizeof(LOCKTAG)) == 0);
+	}
+	LWLockRelease(partition);
+	return found;
+}
+
+/*
+ * An online move's session lock makes DDL that needs AccessExclusiveLock
+ * on the relation wait for the whole move, and every query queued behind
+ * such a command waits with it.  With pg_tsmove.yield_to_ddl the move
+ * gives way: it cancels itself as soon as anyone waits for a lock that
+ * conflicts with its own.  Not in the other modes, where others are meant
+ * to wait, nor once the switch holds the exclusive lock.
  */
 static void
 relmove_yield_to_waiting_ddl(TsmJobCtl *ctl, void *arg)
@@ -190,17 +256,14 @@ relmove_yield_to_waiting_ddl(TsmJobCtl *ctl, void *arg)
 		return;
 	for (int i = 0; i < move->nmembers; i++)
 	{
-		LOCKTAG		tag;
-
-		SET_LOCKTAG_RELATION(tag, MyDatabaseId, move->members[i].relid);
-		if (LockHasWaiters(&tag, session_lockmode(job), true))
+		if (relation_has_exclusive_waiter(move->members[i].relid))
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),
 					 errmsg("move cancelled: another session waits for a lock on \"%s\"",
 							job->row.relname),
-					 errdetail("With pg_tsmove.yield_to_ddl on, a move gives way to DDL, VACUUM and "
-							   "CREATE INDEX, which would otherwise wait for the whole move "
-							   "and hold up the queries queued behind them."),
+					 errdetail("With pg_tsmove.yield_to_ddl on, a move gives way to DDL that needs "
+							   "AccessExclusiveLock, which would otherwise wait for the whole move "
+							   "and hold up the queries queued behind it."),
 					 errhint("Move it again when that command is done, or set "
 							 "pg_tsmove.yield_to_ddl = off to make such commands wait.")));
 	}
@@ -224,12 +287,18 @@ open_locked(TsmJob *job, Oid relid, LOCKMODE mode)
 	return rel;
 }
 
-/* Take the session lock of a member and choose its new relfilenode. */
+/*
+ * Take the session lock of a member and choose its new relfilenode, or,
+ * resuming, take the one the row recorded, after checking that the member
+ * is the one recorded.
+ */
 static void
 add_member(TsmJob *job, Relation rel)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
-	TsmRelMember *m = &move->members[move->nmembers++];
+	int			i = move->nmembers++;
+	TsmRelMember *m = &move->members[i];
+	TsmClaimedJob *row = &job->row;
 
 	Assert(move->nmembers <= TSM_MAX_MEMBERS);
 	memset(m, 0, sizeof(*m));
@@ -238,12 +307,80 @@ add_member(TsmJob *job, Relation rel)
 	m->standard_pages = (rel->rd_rel->relam == HEAP_TABLE_AM_OID ||
 						 rel->rd_rel->relam == BTREE_AM_OID);
 	m->old_node = TsmRelationNode(rel);
-	TSM_SPC(m->new_node) = job->row.target_spc;
+	TSM_SPC(m->new_node) = row->target_spc;
 	TSM_DB(m->new_node) = MyDatabaseId;
-	TSM_REL(m->new_node) = tsm_new_relfilenumber(job->row.target_spc,
-												 m->relpersistence);
+	if (row->resuming)
+	{
+		if (i >= row->nmembers || row->members[i] != m->relid ||
+			row->old_nodes[i] != TSM_REL(m->old_node))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("relation \"%s\" changed while its move was interrupted",
+							row->relname),
+					 errhint("Submit the move again.")));
+		TSM_REL(m->new_node) = row->new_nodes[i];
+	}
+	else
+		TSM_REL(m->new_node) = tsm_new_relfilenumber(row->target_spc,
+													 m->relpersistence);
 	LockRelationIdForSession(&rel->rd_lockInfo.lockRelId, session_lockmode(job));
 	move->session_locked = true;
+}
+
+/*
+ * Resuming: the new main forks must be there, and neither FSM nor VM fork
+ * (they appear only under the switch's locks: a move interrupted there
+ * starts over).  Load the resume point into the file set; every cursor
+ * must be within what is on disk.
+ */
+static void
+relmove_load_resume_point(TsmJob *job)
+{
+	TsmRelMove *move = (TsmRelMove *) job->state;
+
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		TsmRelMember *m = &move->members[i];
+		SMgrRelation dest = tsm_smgropen(m->new_node);
+
+		if (!smgrexists(dest, MAIN_FORKNUM))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FILE),
+					 errmsg("the new files of the move of \"%s\" are missing",
+							job->row.relname),
+					 errhint("Submit the move again.")));
+		if (smgrexists(dest, FSM_FORKNUM) || smgrexists(dest, VISIBILITYMAP_FORKNUM))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the move of \"%s\" was interrupted during its switch and cannot resume",
+							job->row.relname),
+					 errhint("Submit the move again.")));
+		m->resumed_length = smgrnblocks(dest, MAIN_FORKNUM);
+	}
+	job->resume_lsn = tsm_resume_read(MyDatabaseId, job->row.job_id, &job->files);
+	if (XLogRecPtrIsInvalid(job->resume_lsn))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the resume point of the move of \"%s\" is missing or damaged",
+						job->row.relname),
+				 errhint("Submit the move again.")));
+	for (int i = 0; i < job->files.nfiles; i++)
+	{
+		TsmFile    *f = job->files.order[i];
+
+		if (f->copy_cursor > move->members[f->owner].resumed_length)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("the new files of the move of \"%s\" are shorter than its resume point says",
+							job->row.relname),
+					 errhint("Submit the move again.")));
+	}
+	ereport(LOG,
+			(errmsg("pg_tsmove: job %lld resumes the move of \"%s\" at %lld of %lld blocks, reading the WAL from %X/%X",
+					(long long) job->row.job_id, job->row.relname,
+					(long long) job->ctl.progress.blocks_copied,
+					(long long) job->ctl.progress.blocks_total,
+					LSN_FORMAT_ARGS(job->resume_lsn))));
 }
 
 /* ---- the front end ---- */
@@ -253,6 +390,9 @@ add_member(TsmJob *job, Relation rel)
  * take the session locks, check the relation is what move() saw, choose
  * the new relfilenodes and commit them in the job row, then create the new
  * main forks in a second transaction and list the files to copy.
+ * Resuming, the new relfilenodes are the row's, their main forks exist,
+ * and the resume point sets the cursors and dirty blocks (job->resume_lsn
+ * says where the mirror reads the WAL from).
  */
 static void
 relmove_prepare(TsmJob *job)
@@ -331,11 +471,19 @@ relmove_prepare(TsmJob *job)
 		old_nodes[i] = TSM_REL(move->members[i].old_node);
 		new_nodes[i] = TSM_REL(move->members[i].new_node);
 	}
-	PushActiveSnapshot(GetTransactionSnapshot());
-	tsm_jobrec_record_storage(job->row.job_id, move->nmembers, members, old_nodes,
-							  new_nodes);
-	PopActiveSnapshot();
+	if (!job->row.resuming)
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		tsm_jobrec_record_storage(job->row.job_id, move->nmembers, members, old_nodes,
+								  new_nodes);
+		PopActiveSnapshot();
+	}
 	CommitTransactionCommand();
+	/* what the row says now */
+	job->row.nmembers = move->nmembers;
+	memcpy(job->row.members, members, sizeof(members));
+	memcpy(job->row.old_nodes, old_nodes, sizeof(old_nodes));
+	memcpy(job->row.new_nodes, new_nodes, sizeof(new_nodes));
 
 	/*
 	 * The files: every member's main fork, and an unlogged relation's init
@@ -344,13 +492,13 @@ relmove_prepare(TsmJob *job)
 	 * exclusive session lock, so that mode has no mirror (worker.c).
 	 */
 	StartTransactionCommand();
-	move->storage_created = true;	/* cleanup drops what exists */
 	for (int i = 0; i < move->nmembers; i++)
 	{
 		TsmRelMember *m = &move->members[i];
 		TsmFile    *f;
 
-		smgrclose(RelationCreateStorage(m->new_node, m->relpersistence, false));
+		if (!job->row.resuming)
+			smgrclose(RelationCreateStorage(m->new_node, m->relpersistence, false));
 		f = tsm_fileset_add(&job->files, m->old_node, MAIN_FORKNUM, TSM_COPY_TRACKED,
 							m->relpersistence == RELPERSISTENCE_PERMANENT);
 		f->owner = i;
@@ -366,6 +514,8 @@ relmove_prepare(TsmJob *job)
 			f->standard_page = false;
 		}
 	}
+	if (job->row.resuming)
+		relmove_load_resume_point(job);
 	CommitTransactionCommand();
 }
 
@@ -399,7 +549,9 @@ relmove_finish(TsmJob *job)
 
 /*
  * cleanup: drop the new storage unless the switch committed, in a
- * transaction of its own, then release the session locks.
+ * transaction of its own, then release the session locks.  What to drop is
+ * what the row recorded (a resumed job: whether or not prepare got that
+ * far).
  */
 static void
 relmove_cleanup(TsmJob *job)
@@ -408,14 +560,21 @@ relmove_cleanup(TsmJob *job)
 
 	if (move == NULL)
 		return;
-	if (move->storage_created && !job->switch_committed)
+	if (job->row.nmembers > 0 && !job->switch_committed)
 	{
 		StartTransactionCommand();
-		for (int i = 0; i < move->nmembers; i++)
-			tsm_drop_storage(move->members[i].new_node);
+		for (int i = 0; i < job->row.nmembers; i++)
+		{
+			TsmRelFileNode node;
+
+			TSM_SPC(node) = job->row.target_spc;
+			TSM_DB(node) = MyDatabaseId;
+			TSM_REL(node) = job->row.new_nodes[i];
+			tsm_drop_storage(node);
+		}
 		(void) GetCurrentTransactionId();	/* the commit record drops them */
 		CommitTransactionCommand();
-		move->storage_created = false;
+		job->row.nmembers = 0;
 	}
 	release_session_locks(move);
 }

@@ -12,7 +12,12 @@
  *	   A queued exclusive request blocks all later queries of the relation,
  *	   so a request is never left queued longer than that; on timeout the
  *	   attempt is abandoned and the worker backs off, keeps mirroring and
- *	   tries again.
+ *	   tries again.  Autovacuum runs beside an online move (its session
+ *	   lock is AccessShareLock); if an autovacuum worker holds a member's
+ *	   lock when an attempt times out, it is cancelled, as the deadlock
+ *	   detector cancels one that blocks any lock request after
+ *	   deadlock_timeout (which an attempt never waits that long for) -
+ *	   unless it runs to prevent wraparound.
  *	2. tsm_relation_switch_check: the FSM and VM forks join the files, to
  *	   be copied whole (neither can be mirrored: the FSM is not WAL-logged,
  *	   VM bit clears carry no block reference of the VM).
@@ -35,6 +40,8 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/catalog.h"
@@ -46,6 +53,8 @@
 #include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/smgr.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -104,6 +113,50 @@ collect_cached_blocks(TsmJob *job)
 }
 
 /*
+ * Cancel the autovacuum workers holding a lock on a member that blocks
+ * the switch, as ProcSleep() does for a lock request that waited
+ * deadlock_timeout; never one that prevents wraparound.
+ */
+static void
+cancel_blocking_autovacuum(TsmJob *job)
+{
+	TsmRelMove *move = (TsmRelMove *) job->state;
+
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		LOCKTAG		tag;
+		VirtualTransactionId *holders;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, move->members[i].relid);
+		for (holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+			 VirtualTransactionIdIsValid(*holders); holders++)
+		{
+			PGPROC	   *proc = tsm_vxid_proc(*holders);
+			uint8		flags = 0;
+			int			pid = 0;
+
+			if (proc == NULL)
+				continue;
+			LWLockAcquire(ProcArrayLock, LW_SHARED);
+			if (TSM_PROC_LXID(proc) == holders->localTransactionId)
+			{
+				flags = proc->statusFlags;
+				pid = proc->pid;
+			}
+			LWLockRelease(ProcArrayLock);
+			if (pid != 0 && (flags & PROC_IS_AUTOVACUUM) &&
+				!(flags & PROC_VACUUM_FOR_WRAPAROUND))
+			{
+				ereport(LOG,
+						(errmsg("pg_tsmove: cancelling autovacuum of \"%s\" (PID %d), which blocks the switch of job %lld",
+								job->row.relname, pid, (long long) job->row.job_id)));
+				(void) kill(pid, SIGINT);
+			}
+		}
+	}
+}
+
+/*
  * Start the switch transaction and take AccessExclusiveLock on every
  * member, waiting at most switch_lock_timeout for each.  Returns false,
  * with no transaction open, if a lock was not granted in time.
@@ -145,6 +198,8 @@ tsm_relation_switch_lock(TsmJob *job)
 		locked = false;
 	}
 	PG_END_TRY();
+	if (!locked)
+		cancel_blocking_autovacuum(job);
 	if (locked)
 		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);

@@ -8,7 +8,8 @@
  *	  queued -> preparing -> copying -> catching_up -> switching -> warming
  *	  -> done, or on any error or cancel: cleanup -> failed | cancelled,
  *
- *	  and exits when nothing is left that it can run.
+ *	  and exits when nothing is left that it can run.  tsmove.pause() holds
+ *	  a copying or catching-up job still ('paused') until tsmove.resume().
  *
  * This is the only module that drives a job: it calls the job's front end
  * (relmove.c and switch.c for a relation, relocate.c for a tablespace; the
@@ -34,11 +35,25 @@
  * the role that submitted it, in a security-restricted operation.  Every
  * transaction is short; none holds a snapshot or an XID while it sleeps.
  *
- * Errors, cancel (tsmove.cancel, pg_cancel_backend) and SIGTERM all end in
- * abort_job(): the front end removes what the job created unless the
- * switch committed, and the row says why; a failed or cancelled job ends
- * its chain.  A worker that dies inside a job leaves it to the recovery
- * pass (launcher.c).
+ * Pause: the job stops copying at its next pause point (between two
+ * batches, outside any transaction) and keeps what it holds: its worker,
+ * its session lock, its files, and its reading of the WAL, so the dirty
+ * sets stay exact and its slot keeps little WAL; resume needs no catch-up
+ * of the WAL.  It gives back what it costs others: no page is copied.
+ *
+ * Resume points (a relation move that mirrors, resume.c): right after
+ * prepare and then every pg_tsmove.resume_interval, the worker reads the
+ * WAL, fsyncs the new files, writes the resume point and moves its
+ * persistent slot there.  A job interrupted by SIGTERM (shutdown,
+ * pg_terminate_backend) or a crash keeps its files, slot and resume point
+ * when pg_tsmove.resume_after_restart is on; the recovery pass queues it
+ * again and the next worker resumes it (job->row.resuming).
+ *
+ * Errors and cancel (tsmove.cancel, pg_cancel_backend) end in abort_job():
+ * the front end removes what the job created unless the switch committed,
+ * and the row says why; a failed or cancelled table job ends its chain.
+ * A worker that dies inside a job leaves it to the recovery pass
+ * (launcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -61,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "move.h"
+#include "resume.h"
 
 /* Blocks copied between two looks at the WAL, the cancel flag and progress. */
 #define TSM_BATCH_BLOCKS 64
@@ -68,6 +84,8 @@
 #define TSM_STALLED_ROUNDS 3
 /* Pause of a catch-up round in which no file could be copied. */
 #define TSM_IDLE_ROUND_MS 100
+/* How often a paused job reads the WAL and looks for tsmove.resume(). */
+#define TSM_PAUSED_POLL_MS 200
 /* The fastest page-image compression this server was built with. */
 #ifdef USE_LZ4
 #define TSM_WAL_COMPRESSION "lz4"
@@ -133,6 +151,65 @@ file_has_work(TsmFile *f, bool include_dirty)
 }
 
 /*
+ * Make a resume point if the job is resumable and pg_tsmove.resume_interval
+ * has passed since the last one (or force): read the WAL, fsync the new
+ * files, write the point, then let the slot go of the WAL before it.  The
+ * row gets the counters too.  Outside any transaction.
+ */
+static void
+make_resume_point(TsmJob *job, bool force)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	XLogRecPtr	lsn;
+
+	if (!job->resumable ||
+		(!force && !TimestampDifferenceExceeds(job->last_resume_point, now,
+											   tsm_resume_interval_s * 1000)))
+		return;
+	tsm_mirror_drain(&job->mirror, &job->files);
+	lsn = tsm_mirror_position(&job->mirror);
+	StartTransactionCommand();
+	tsm_fileset_sync(&job->files);
+	CommitTransactionCommand();
+	tsm_resume_write(MyDatabaseId, job->row.job_id, lsn, &job->files,
+					 job->row.target_spc, job->row.nmembers, job->row.new_nodes);
+	tsm_mirror_keep_from(&job->mirror, lsn);
+	if (job->ctl.progress.state != TSM_PAUSED)
+		tsm_ctl_save(&job->ctl, NULL);
+	job->last_resume_point = now;
+}
+
+/*
+ * A pause point: if tsmove.pause() asked, hold still until tsmove.resume(),
+ * reading the WAL and making resume points meanwhile.  Outside any
+ * transaction.
+ */
+static void
+hold_while_paused(TsmJob *job)
+{
+	TsmJobCtl  *ctl = &job->ctl;
+	TsmJobState was = ctl->progress.state;
+
+	if (!ctl->pause_requested)
+		return;
+	tsm_ctl_note(ctl, "paused: tsmove.resume(%lld) lets it go on",
+				 (long long) job->row.job_id);
+	tsm_ctl_set_state(ctl, TSM_PAUSED);
+	ereport(LOG, (errmsg("pg_tsmove: job %lld paused", (long long) job->row.job_id)));
+	while (ctl->pause_requested)
+	{
+		tsm_mirror_drain(&job->mirror, &job->files);
+		make_resume_point(job, false);
+		tsm_ctl_publish(ctl, false);
+		tsm_ctl_sleep(ctl, TSM_PAUSED_POLL_MS);
+	}
+	ereport(LOG, (errmsg("pg_tsmove: job %lld resumed", (long long) job->row.job_id)));
+	tsm_ctl_note(ctl, "%s", "");
+	ctl->budget_rate = -1;		/* a new budget, with no credit from the pause */
+	tsm_ctl_set_state(ctl, was);
+}
+
+/*
  * Copy up to max_blocks pending blocks, visiting the files in turn, in
  * short transactions of TSM_BATCH_BLOCKS and reading the WAL between them.
  * The front end's guard locks each file's relation first where the job
@@ -179,6 +256,8 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 		tsm_mirror_drain(&job->mirror, fs);
 		tsm_ctl_publish(&job->ctl, false);
 		tsm_ctl_check(&job->ctl);
+		make_resume_point(job, false);
+		hold_while_paused(job);
 		if (batch == 0)
 			break;
 	}
@@ -209,7 +288,7 @@ try_switch(TsmJob *job)
 	job->ctl.progress.lock_wait_ms += (double) (job->lock_granted - requested) / 1000.0;
 
 	/* Nothing changes the files now; make sure the reader sees everything. */
-	XLogFlush(GetXLogInsertRecPtr());
+	tsm_flush_all_wal();
 	tsm_mirror_drain(&job->mirror, fs);
 	if (!job->front->switch_check(job))
 	{
@@ -247,6 +326,7 @@ catch_up_and_switch(TsmJob *job)
 		int64		backlog;
 
 		tsm_ctl_check(ctl);
+		hold_while_paused(job);
 		tsm_mirror_drain(&job->mirror, &job->files);
 		backlog = tsm_fileset_backlog(&job->files);
 
@@ -293,17 +373,19 @@ catch_up_and_switch(TsmJob *job)
 static void
 run_job(TsmJob *job)
 {
+	char		slot_name[NAMEDATALEN];
+
 	job->needs_mirror = !(job->row.kind == TSM_KIND_MOVE &&
 						  job->row.mode == TSM_MODE_EXCLUSIVE);
-	if (job->needs_mirror)
-	{
-		char		slot_name[NAMEDATALEN];
-
-		snprintf(slot_name, sizeof(slot_name), "pg_tsmove_%u_%lld",
-				 MyDatabaseId, (long long) job->row.job_id);
-		tsm_mirror_start(&job->mirror, job->cxt, slot_name);
-	}
+	job->resumable = job->needs_mirror && job->row.kind == TSM_KIND_MOVE;
+	tsm_resume_slot_name(slot_name, MyDatabaseId, job->row.job_id);
+	if (job->needs_mirror && !job->row.resuming)
+		tsm_mirror_start(&job->mirror, job->cxt, slot_name, job->resumable,
+						 InvalidXLogRecPtr);
 	job->front->prepare(job);
+	if (job->row.resuming)
+		tsm_mirror_start(&job->mirror, job->cxt, slot_name, true, job->resume_lsn);
+	make_resume_point(job, true);
 
 	tsm_ctl_set_state(&job->ctl, TSM_COPYING);
 	copy_round(job, PG_INT64_MAX, false);
@@ -313,7 +395,8 @@ run_job(TsmJob *job)
 	CommitTransactionCommand();
 
 	catch_up_and_switch(job);
-	tsm_mirror_stop(&job->mirror);
+	tsm_mirror_stop(&job->mirror, false);
+	tsm_resume_forget(MyDatabaseId, job->row.job_id);
 	job->front->finish(job);
 
 	job->ctl.progress.state = TSM_DONE;
@@ -334,7 +417,26 @@ abort_job(TsmJob *job, ErrorData *edata)
 	const char *volatile message = edata->message;
 
 	AbortOutOfAnyTransaction();
-	tsm_mirror_stop(&job->mirror);
+
+	/*
+	 * Interrupted, not failed: leave the files, the slot and the resume
+	 * point for the recovery pass to queue the job again.  The worker exits
+	 * (and its session locks go with it).
+	 */
+	if (edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN && job->resumable &&
+		tsm_resume_after_restart && !job->switch_committed &&
+		tsm_resume_exists(MyDatabaseId, job->row.job_id))
+	{
+		tsm_mirror_stop(&job->mirror, true);
+		tsm_mark_database_pending(MyDatabaseId, true);
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld was interrupted; it will resume from its last resume point",
+						(long long) job->row.job_id)));
+		return;
+	}
+
+	tsm_mirror_stop(&job->mirror, false);
+	tsm_resume_forget(MyDatabaseId, job->row.job_id);
 
 	/*
 	 * Cleanup first, in transactions of its own, so that nothing is orphaned
@@ -412,6 +514,7 @@ claim_job(TsmJob *job)
 		tsm_my_slot->target_spc = row->target_spc;
 		tsm_my_slot->max_rate_mb = row->max_rate_mb;
 		tsm_my_slot->cancel_job_id = 0;
+		tsm_my_slot->pause_requested = row->pause_requested;
 		memset(&tsm_my_slot->progress, 0, sizeof(TsmProgress));
 		tsm_my_slot->progress.state = TSM_PREPARING;
 		tsm_my_slot->progress.switch_ms = -1;
@@ -448,6 +551,9 @@ run_next_job(void)
 			&tsm_tablespace_relocation : &tsm_relation_move;
 		tsm_ctl_init(&job->ctl, job->row.job_id, job->row.relname,
 					 job->row.max_rate_mb);
+		job->ctl.pause_requested = job->row.pause_requested;
+		if (job->row.resuming)
+			tsm_ctl_continue_counters(&job->ctl, &job->row.earlier);
 		next_file = 0;
 		SetUserIdAndSecContext(job->row.submitted_by,
 							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);

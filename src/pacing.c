@@ -1,0 +1,224 @@
+/*-------------------------------------------------------------------------
+ *
+ * pacing.c
+ *	  Adaptive pacing: a move goes as fast as the other sessions can bear,
+ *	  judged by their throughput, not by a byte rate chosen in advance.
+ *
+ * What the foreground feels is measured where it shows: in how many
+ * transactions the regular backends finish per second.  Each backend's
+ * PGPROC carries the local id of its current transaction, which grows by
+ * one per transaction; sampling those ids every TSM_PACER_SAMPLE_MS and
+ * adding up how far they moved counts transactions of every kind (read-only
+ * ones too, which write no commit record), without a lock and without
+ * asking the sessions anything.
+ *
+ * What the throughput would be without the move is measured by probes:
+ * when other sessions are busy, every TSM_PACER_PROBE_EVERY_MS the move
+ * holds still for a moment (TSM_PACER_PROBE_SETTLE_MS for its last writes
+ * to drain, then TSM_PACER_PROBE_MEASURE_MS counted); base_tps follows
+ * those counts.
+ *
+ * The pace (a byte budget, as with fixed pacing) is decided every
+ * TSM_PACER_DECISION_MS from the throughput of the last two windows:
+ *	- below pg_tsmove.pacing_target percent of base_tps: cut, by more the
+ *	  further below (at least x0.7), so a suffering foreground gets relief
+ *	  within a second;
+ *	- otherwise raise it by a quarter, up to the job's max_rate_mb (or
+ *	  unthrottled if it has none), and never far above what the copy
+ *	  actually achieves (no wind-up while it is bound elsewhere);
+ *	- never below the floor: pg_tsmove.min_rate_mb, and 1.25 times the rate
+ *	  at which writes make copied pages dirty again, so the move converges;
+ *	- when no other session runs transactions there is nothing to protect:
+ *	  the pace is the ceiling at once, unthrottled by default.
+ *
+ * Only the worker that owns a pacer uses it; it reads other backends'
+ * PGPROCs without locks (a torn or stale value costs one sample).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+
+#include "pacing.h"
+
+#define TSM_PACER_SAMPLE_MS 10
+#define TSM_PACER_DECISION_MS 500
+#define TSM_PACER_PROBE_EVERY_MS 5000
+#define TSM_PACER_PROBE_SETTLE_MS 150
+#define TSM_PACER_PROBE_MEASURE_MS 400
+/* Fewer transactions per second than this is an idle server. */
+#define TSM_PACER_IDLE_TPS 5.0
+/* The pace when other sessions first show up. */
+#define TSM_PACER_START_MB 16.0
+/* A pace this high is no pace: the copy runs unthrottled. */
+#define TSM_PACER_UNTHROTTLED_MB 2048.0
+#define TSM_PACER_GROWTH 1.25
+
+void
+tsm_pacer_init(TsmPacer *pacer)
+{
+	memset(pacer, 0, sizeof(*pacer));
+	pacer->pace_mb = TSM_PACER_START_MB;
+	pacer->base_tps = -1;
+	pacer->watched = Min(MaxConnections, TSM_PACER_MAX_BACKENDS);
+	pacer->window_start = GetCurrentTimestamp();
+	pacer->next_decision = TimestampTzPlusMilliseconds(pacer->window_start,
+													   TSM_PACER_DECISION_MS);
+}
+
+/* Add up how far the regular backends' local transaction ids moved. */
+static void
+pacer_sample(TsmPacer *pacer)
+{
+	for (int i = 0; i < pacer->watched; i++)
+	{
+		volatile PGPROC *proc = GetPGProcByNumber(i);
+		int			pid = proc->pid;
+		uint32		lxid = TSM_PROC_LXID(proc);
+
+		if (pid != pacer->last_pid[i])
+		{
+			pacer->last_pid[i] = pid;
+			pacer->last_lxid[i] = lxid;
+			continue;
+		}
+		if (pid == 0 || lxid == InvalidLocalTransactionId)
+			continue;
+		if (pacer->last_lxid[i] != InvalidLocalTransactionId &&
+			lxid > pacer->last_lxid[i])
+			pacer->transactions += lxid - pacer->last_lxid[i];
+		pacer->last_lxid[i] = lxid;
+	}
+}
+
+static double
+seconds_between(TimestampTz start, TimestampTz stop)
+{
+	return Max((double) (stop - start) / USECS_PER_SEC, 0.001);
+}
+
+static void
+start_window(TsmPacer *pacer, TimestampTz now)
+{
+	pacer->window_start = now;
+	pacer->transactions = 0;
+	pacer->next_decision = TimestampTzPlusMilliseconds(now, TSM_PACER_DECISION_MS);
+}
+
+/* Probe: hold still, then count.  Returns whether the probe goes on. */
+static bool
+pacer_probe(TsmPacer *pacer, TimestampTz now)
+{
+	TimestampTz settled = TimestampTzPlusMilliseconds(pacer->probe_start,
+													  TSM_PACER_PROBE_SETTLE_MS);
+	double		tps;
+
+	if (now < settled)
+	{
+		pacer->transactions = 0;
+		pacer->window_start = now;
+		return true;
+	}
+	if (now < TimestampTzPlusMilliseconds(settled, TSM_PACER_PROBE_MEASURE_MS))
+		return true;
+	tps = pacer->transactions / seconds_between(pacer->window_start, now);
+	pacer->base_tps = pacer->base_tps < 0 ? tps : (pacer->base_tps + tps) / 2;
+	pacer->probe_start = 0;
+	pacer->next_probe = TimestampTzPlusMilliseconds(now, TSM_PACER_PROBE_EVERY_MS);
+	pacer->recent_tps[0] = pacer->recent_tps[1] = -1;
+	start_window(pacer, now);
+	return false;
+}
+
+/*
+ * Decide the pace from the window that ends now.  Returns true if a probe
+ * starts.
+ */
+static bool
+pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
+			 int64 bytes_so_far, int64 recopy_need)
+{
+	double		secs = seconds_between(pacer->window_start, now);
+	double		tps = pacer->transactions / secs;
+	double		recent;
+	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
+	double		dirtying_mb;
+
+	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / secs / (1024.0 * 1024.0);
+	dirtying_mb = (recopy_need - pacer->last_recopy_need) * 2.0 * BLCKSZ / secs /
+		(1024.0 * 1024.0);
+	pacer->last_bytes = bytes_so_far;
+	pacer->last_recopy_need = recopy_need;
+	pacer->floor_mb = Min(Max(tsm_min_rate_mb, 1.25 * dirtying_mb), ceiling);
+
+	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
+	pacer->recent_tps[1] = pacer->recent_tps[0];
+	pacer->recent_tps[0] = tps;
+	start_window(pacer, now);
+
+	if (recent < TSM_PACER_IDLE_TPS &&
+		(pacer->base_tps < 0 || pacer->base_tps < TSM_PACER_IDLE_TPS))
+	{
+		/* nobody else is working */
+		pacer->pace_mb = ceiling;
+		return false;
+	}
+	if (pacer->base_tps < 0 || now >= pacer->next_probe)
+	{
+		pacer->probe_start = now;
+		return true;
+	}
+	if (pacer->base_tps < TSM_PACER_IDLE_TPS ||
+		recent >= pacer->base_tps * tsm_pacing_target_pct / 100.0)
+	{
+		double		raised = pacer->pace_mb * TSM_PACER_GROWTH + 1.0;
+
+		/* no faster than twice what the copy achieves, or start there */
+		if (pacer->achieved_mb > 0)
+			raised = Min(raised, Max(2 * pacer->achieved_mb, TSM_PACER_START_MB));
+		pacer->pace_mb = Max(Min(raised, ceiling), pacer->floor_mb);
+	}
+	else
+	{
+		double		ratio = recent / pacer->base_tps;
+		double		cut = Max(0.3, Min(0.7, ratio * 0.75));
+		double		from = pacer->pace_mb;
+
+		if (from >= TSM_PACER_UNTHROTTLED_MB && pacer->achieved_mb > 0)
+			from = pacer->achieved_mb;
+		pacer->pace_mb = Max(Min(from * cut, ceiling), pacer->floor_mb);
+	}
+	return false;
+}
+
+/*
+ * Called at every charge of the budget and every slice of its sleeps:
+ * sample, and decide when a window ends.  Returns true while the move must
+ * hold still (a probe); otherwise pacer->pace_mb is the budget, MB/s, with
+ * TSM_PACER_UNTHROTTLED_MB or more meaning none.
+ */
+bool
+tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
+			   int64 bytes_so_far, int64 recopy_need)
+{
+	if (now >= pacer->next_sample)
+	{
+		pacer_sample(pacer);
+		pacer->next_sample = TimestampTzPlusMilliseconds(now, TSM_PACER_SAMPLE_MS);
+	}
+	if (pacer->probe_start != 0)
+		return pacer_probe(pacer, now);
+	if (now >= pacer->next_decision)
+		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, recopy_need);
+	return false;
+}
+
+/* The pace as a byte budget for the throttle: 0 = unthrottled. */
+double
+tsm_pacer_budget_mb(TsmPacer *pacer)
+{
+	return pacer->pace_mb >= TSM_PACER_UNTHROTTLED_MB ? 0 : pacer->pace_mb;
+}

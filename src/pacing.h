@@ -1,0 +1,47 @@
+/*-------------------------------------------------------------------------
+ *
+ * pacing.h
+ *	  Adaptive pacing of a move by what the other sessions feel (pacing.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_PACING_H
+#define TSM_PACING_H
+
+#include "pg_tsmove.h"
+
+/* Regular backends watched; more are sampled in turn. */
+#define TSM_PACER_MAX_BACKENDS 1024
+
+typedef struct TsmPacer
+{
+	double		pace_mb;		/* the budget now, MB/s; 0 = unthrottled */
+	TimestampTz next_sample;
+	TimestampTz next_decision;
+
+	/* transactions of regular backends, from their local xids */
+	int			watched;		/* backends sampled: Min(MaxConnections, max) */
+	int			last_pid[TSM_PACER_MAX_BACKENDS];
+	uint32		last_lxid[TSM_PACER_MAX_BACKENDS];
+	int64		transactions;	/* counted since the window started */
+	TimestampTz window_start;
+	double		recent_tps[2];	/* the last two decision windows */
+
+	/* the throughput with the move holding still, from probes */
+	double		base_tps;		/* < 0 until the first probe */
+	TimestampTz probe_start;	/* 0: no probe under way */
+	TimestampTz next_probe;
+
+	/* what the copy achieves and makes dirty, for the ceiling and floor */
+	int64		last_bytes;
+	int64		last_recopy_need;
+	double		achieved_mb;
+	double		floor_mb;
+} TsmPacer;
+
+extern void tsm_pacer_init(TsmPacer *pacer);
+extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
+						   int64 bytes_so_far, int64 recopy_need);
+extern double tsm_pacer_budget_mb(TsmPacer *pacer);
+
+#endif							/* TSM_PACING_H */
