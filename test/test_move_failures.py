@@ -18,11 +18,13 @@ from moves import (assert_intact_in, assert_moved_cleanly, job_row, make_table,
                    tablespace_of, wait_for, wait_for_state, wait_job)
 
 
+@pytest.mark.pg_conf("pg_tsmove.resume_after_restart = off")
 @pytest.mark.parametrize("phase", ["copying", "catching_up"])
 def test_crash_mid_move(primary, phase):
     """kill -9 of the postmaster while copying, or while catching up (a
     reader holds the lock the switch needs); after restart the launcher's
-    recovery removes the new files and marks the job failed."""
+    recovery removes the new files and marks the job failed (resuming is
+    off here; test_steering.py resumes)."""
     expected = make_table(primary)
     blocker = None
     if phase == "catching_up":
@@ -47,6 +49,7 @@ def test_crash_mid_move(primary, phase):
 
     row = wait_for_state(primary, job, ("failed",), 30)
     assert "interrupted by a server crash" in row["error"]
+    assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots") == 0
     assert_intact_in(primary, "ts_a", expected)
     move_again_succeeds(primary, expected)
 
@@ -65,8 +68,10 @@ def test_cancel_mid_copy(primary):
     move_again_succeeds(primary, expected)
 
 
+@pytest.mark.pg_conf("pg_tsmove.resume_after_restart = off")
 def test_terminated_worker_cleans_up(primary):
-    """pg_terminate_backend() of the worker ends the job like a cancel."""
+    """pg_terminate_backend() of the worker ends the job like a restart
+    does: with resume_after_restart off, it fails and its files go."""
     expected = make_table(primary)
     job = move_victim_while_copying(primary)
     pid = primary.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
@@ -140,8 +145,10 @@ def test_truncate_cancels_the_move_and_data_stays_right(primary):
     assert primary.orphan_files() == []
 
 
+@pytest.mark.pg_conf("pg_tsmove.resume_after_restart = off")
 def test_shutdown_mid_copy_then_restart(primary):
-    """A fast shutdown stops the worker, which removes its files itself."""
+    """A fast shutdown stops the worker, which removes its files itself
+    (resuming is off here)."""
     expected = make_table(primary)
     job = move_victim_while_copying(primary)
     primary.stop("fast")
@@ -201,28 +208,42 @@ def test_drop_extension_during_move_leaves_no_files(primary):
     assert primary.orphan_files() == []
 
 
-@pytest.mark.parametrize("phase, survivor", [("switching", "ts_a"), ("warming", "ts_b")])
-def test_crash_at_the_switch(primary, phase, survivor):
+@pytest.mark.parametrize("phase, resume, state, survivor", [
+    ("switching", "off", "failed", "ts_a"),
+    ("switching", "on", None, None),
+    ("warming", "on", "done", "ts_b")])
+def test_crash_at_the_switch(primary, phase, resume, state, survivor):
     """kill -9 while the switch holds its exclusive lock with the catalog
     changed but not committed (the table stays where it was, the new files
-    go), or just after the switch committed (the table is in its new place,
-    the old files go).  pg_tsmove.debug_pause_at holds the worker there."""
+    go; with resume_after_restart on, the move resumes unless the switch
+    had already created the new FSM or VM), or just after the switch
+    committed (the table is in its new place, the old files go).
+    pg_tsmove.debug_pause_at holds the worker there."""
     expected = make_table(primary)
+    primary.sql("VACUUM victim")           # an FSM and a VM to copy under the lock
+    primary.sql("ALTER SYSTEM SET pg_tsmove.resume_after_restart = %s" % resume)
     primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
     primary.sql("SELECT pg_reload_conf()")
     time.sleep(0.3)
     job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
     wait_for(lambda: "job %d pauses at %s" % (job, phase) in primary.log_contents(),
              60, what="the worker to pause at " + phase)
+    # for the next start only: the paused worker does not reload
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
     primary.kill9()
     primary.start()
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    primary.sql("SELECT pg_reload_conf()")
 
     row = wait_for_state(primary, job, ("failed", "done"), 30)
-    assert row["state"] == ("failed" if phase == "switching" else "done"), row
+    if state is None:
+        # the FSM and VM were copied under the lock: not resumable
+        assert row["state"] == "failed", row
+        assert "interrupted during its switch" in row["error"]
+        survivor = "ts_a"
+    else:
+        assert row["state"] == state, row
     assert_intact_in(primary, survivor, expected)
-    if phase == "switching":
+    assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots") == 0
+    if survivor == "ts_a":
         move_again_succeeds(primary, expected)
 
 

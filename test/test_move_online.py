@@ -85,6 +85,9 @@ def test_index_alone_under_load(primary):
     assert primary.orphan_files() == []
 
 
+# fixed pacing: the standby's replay adds to the load, and adaptive pacing
+# would then give way for longer than pgbench runs
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed")
 def test_standby_equal_after_move_under_load(primary, standby):
     job, result = move_accounts_under_load(primary)
     assert_tpcb_intact(primary, result)

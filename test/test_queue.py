@@ -52,7 +52,7 @@ def test_worker_that_cannot_connect_is_retried(primary):
     assert_small_table_moved(primary, "small", expected, dbname="qdb")
 
 
-@pytest.mark.pg_conf("pg_tsmove.max_workers = 1")
+@pytest.mark.pg_conf("pg_tsmove.max_workers = 1", "pg_tsmove.resume_after_restart = off")
 def test_queued_job_runs_after_its_worker_is_terminated(primary):
     """With one worker, a second job waits; pg_terminate_backend() of the
     worker fails the running job, and the queued one still runs."""
@@ -71,7 +71,7 @@ def test_queued_job_runs_after_its_worker_is_terminated(primary):
     assert_small_table_moved(primary, "small", small)
 
 
-@pytest.mark.pg_conf("pg_tsmove.max_workers = 1")
+@pytest.mark.pg_conf("pg_tsmove.max_workers = 1", "pg_tsmove.resume_after_restart = off")
 def test_queue_survives_a_crash(primary):
     """kill -9 while one job runs and another is queued: after restart the
     recovery pass fails the interrupted one and the queued one runs."""

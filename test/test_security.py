@@ -197,8 +197,9 @@ def test_other_roles_jobs_and_relations(attacked):
 def test_database_search_path_hijack_of_worker_and_recovery(primary):
     """The attacker owns a database and sets its search_path to its trap
     schema (ALTER DATABASE ... SET, which a database owner may do).  The
-    move worker and, after kill -9, the recovery pass both run in that
-    database with superuser rights: neither may resolve a trap."""
+    move worker, after kill -9 the recovery pass and the worker that resumes
+    the move, and the recovery pass that fails one: all run in that
+    database with superuser rights, and none may resolve a trap."""
     primary.sql("CREATE ROLE %s LOGIN" % ATTACKER)
     primary.sql("CREATE DATABASE trapdb OWNER %s" % ATTACKER)
     primary.sql("CREATE EXTENSION pg_tsmove", dbname="trapdb")
@@ -212,9 +213,9 @@ def test_database_search_path_hijack_of_worker_and_recovery(primary):
     expected = primary.row_hash("trap.big", "id", dbname="trapdb")
     primary.sql("ALTER DATABASE trapdb SET search_path = trap, pg_catalog", user=ATTACKER)
 
-    def attacker_move(rate):
-        rows = as_attacker(primary, "SELECT tsmove.move('trap.big', 'ts_b', max_rate_mb => %s)",
-                           (rate,), dbname="trapdb")
+    def attacker_move(rate, target="ts_b"):
+        rows = as_attacker(primary, "SELECT tsmove.move('trap.big', %s, max_rate_mb => %s)",
+                           (target, rate), dbname="trapdb")
         assert not isinstance(rows, psycopg.Error), rows
         return rows[0][0]
 
@@ -224,16 +225,22 @@ def test_database_search_path_hijack_of_worker_and_recovery(primary):
                                   "OPERATOR(pg_catalog.=) %s::pg_catalog.int8", (job,),
                                   dbname="trapdb")
 
-    # the worker, interrupted by a crash: then the recovery pass
-    job = attacker_move(2)
+    # the worker, interrupted by a crash: the recovery pass queues it again
+    # and a worker resumes it, to the end
+    job = attacker_move(4)
+    wait_for(lambda: state(job) == "copying", 30, what="the move to copy")
+    primary.kill9()
+    primary.start()
+    wait_for(lambda: state(job) == "done", 120, what="the resumed move to finish")
+    assert "resumes the move of \"trap.big\"" in primary.log_contents()
+
+    # interrupted again with resuming off: the recovery pass fails it
+    primary.sql("ALTER SYSTEM SET pg_tsmove.resume_after_restart = off")
+    job = attacker_move(2, "ts_a")
     wait_for(lambda: state(job) == "copying", 30, what="the move to copy")
     primary.kill9()
     primary.start()
     wait_for(lambda: state(job) == "failed", 60, what="recovery to fail the job")
-
-    # the worker, to the end
-    job = attacker_move(0)
-    wait_for(lambda: state(job) == "done", 120, what="the move to finish")
 
     # the checks below are superuser sessions in trapdb: disarm it first
     primary.sql("ALTER DATABASE trapdb RESET search_path")
