@@ -162,7 +162,7 @@ class Sampler(threading.Thread):
                 try:
                     row = conn.execute(
                         "SELECT state, blocks_copied, blocks_recopied, "
-                        "dirty_backlog, rate_mb_s FROM tsmove.job_progress()"
+                        "dirty_backlog, rate_mb_s, pace_mb_s FROM tsmove.job_progress()"
                     ).fetchone()
                     if row:
                         s["job"] = list(row)
