@@ -7,13 +7,15 @@
 EXTVERSION   = 0.2
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o src/job.o src/worker.o src/copy.o \
-               src/mirror.o src/switch.o src/launcher.o
+               src/mirror.o src/switch.o src/launcher.o \
+               src/monitor.o src/tsio.o src/relmap.o src/coaccess.o \
+               src/history.o src/sampler.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src
 PG_CFLAGS    = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS      = setup errors move drop_extension
+REGRESS      = setup errors move monitoring drop_extension
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf \
                --inputdir=$(srcdir) --outputdir=tmp_regress
 

@@ -24,6 +24,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "monitor.h"
 #include "pg_tsmove.h"
 
 PG_MODULE_MAGIC;
@@ -90,6 +91,7 @@ tsm_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(tsm_shmem_size());
 	RequestNamedLWLockTranche("pg_tsmove", 1);
+	tsm_monitor_shmem_request();
 }
 
 static void
@@ -109,6 +111,7 @@ tsm_shmem_startup(void)
 		tsm_shared->nslots = max_worker_processes;
 	}
 	LWLockRelease(AddinShmemInitLock);
+	tsm_monitor_shmem_startup();
 }
 
 /*
@@ -180,6 +183,7 @@ _PG_init(void)
 							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							   NULL, NULL, NULL);
 
+	tsm_monitor_init();			/* monitoring: GUCs, hooks, sampler */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)

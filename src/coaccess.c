@@ -1,0 +1,1046 @@
+/*-------------------------------------------------------------------------
+ *
+ * coaccess.c
+ *	  Co-access between relations: which tables and indexes are read
+ *	  together, per query (executor hooks) and at the same moment by
+ *	  different sessions (the sampler), in a bounded shared pair table;
+ *	  tsmove.coaccess_pairs() and tsmove.coaccess_reset().
+ *
+ * Per query.  ExecutorStart lists the relations the plan scans (scan nodes,
+ * the index of an index scan, bitmap index scans, the target of
+ * INSERT/UPDATE/DELETE) and notes each one's block counters
+ * (rel->pgstat_info: blocks fetched and hit in this backend, the counters
+ * behind pg_statio_*).  ExecutorEnd reads them again: the differences are
+ * the blocks the execution accessed, and how many of them were found
+ * outside shared buffers.  Every pair of relations that both had blocks
+ * accessed is one co-access, weighted as in Agrawal et al., "Automating
+ * layout of relational databases" (ICDE 2003): the blocks of the pair
+ * accessed together.  A query run inside another one (a function, a
+ * trigger) adds its relations and blocks to the enclosing execution, so a
+ * function that reads B for each row of A makes (A, B) co-accessed.  A
+ * parallel worker adds its blocks to the pair but not an execution.
+ * System catalogs (OID below FirstNormalObjectId) and temporary relations
+ * are left out: they cannot be moved.  Relations a plan opens only while
+ * it runs (INSERT/UPDATE's indexes, tuple-routing partitions) are not seen.
+ *
+ * Across sessions.  While a backend is inside its top-level ExecutorRun it
+ * publishes the relations of that execution in its TsmReadingSlot.  The
+ * sampler copies all slots every pg_tsmove.coaccess_sample_interval; two
+ * relations of one database being read by different sessions (a parallel
+ * worker counts as its leader's session) add one concurrent tick to their
+ * pair.
+ *
+ * The pair table is a shared hash of pg_tsmove.coaccess_max_pairs entries,
+ * keyed by (database, lower relation OID, higher relation OID).  When it
+ * is full, the least-used 5 % are evicted (usage: updates, decayed at each
+ * eviction, as pg_stat_statements' entry_dealloc) and counted.
+ *
+ * Locking, as pg_stat_statements: updating an existing pair takes the
+ * coaccess lock shared and the pair's spinlock; creating pairs (and
+ * evicting) takes the lock exclusively; reset and the SQL reader take it
+ * exclusively / shared.  A backend's reading slot is written only by that
+ * backend, without a lock, inside a change-counter protocol (even: stable)
+ * that lets the sampler copy it consistently.
+ *
+ * Cost with pg_tsmove.track_coaccess = off: the hooks test one boolean.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/parallel.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "executor/executor.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "monitor.h"
+
+PG_FUNCTION_INFO_V1(tsm_coaccess_pairs);
+PG_FUNCTION_INFO_V1(tsm_coaccess_reset);
+
+/* Relations followed per execution: up to 496 pairs per execution. */
+#define TSM_EXEC_MAX_RELS 32
+/* Executions followed at once in one backend (nesting, open cursors). */
+#define TSM_MAX_TRACKED 32
+/* Distinct relations per database considered in one concurrency tick. */
+#define TSM_TICK_MAX_RELS 64
+/* Share of the pair table evicted when it is full, as pg_stat_statements. */
+#define TSM_EVICT_PERCENT 5
+#define TSM_USAGE_DECAY 0.99
+
+/* ---- shared state ------------------------------------------------------ */
+
+typedef struct TsmPairKey
+{
+	Oid			dbid;
+	Oid			rel_a;			/* rel_a < rel_b */
+	Oid			rel_b;
+} TsmPairKey;
+
+typedef struct TsmPairCounters
+{
+	int64		executions;		/* executions that read both */
+	int64		blocks_a;		/* blocks of rel_a accessed in them */
+	int64		blocks_b;
+	int64		blocks_read_a;	/* ... of which from outside shared buffers */
+	int64		blocks_read_b;
+	int64		concurrent_ticks;	/* samples with both read by different
+									 * sessions */
+	TimestampTz first_seen;
+	TimestampTz last_seen;
+	double		usage;			/* for eviction */
+} TsmPairCounters;
+
+typedef struct TsmPairEntry
+{
+	TsmPairKey	key;			/* hash key: must be first */
+	slock_t		mutex;			/* protects counters */
+	TsmPairCounters counters;
+} TsmPairEntry;
+
+typedef struct TsmCoaccessShared
+{
+	LWLock	   *lock;
+	int64		evictions;		/* pairs evicted since reset */
+	TimestampTz reset_at;
+} TsmCoaccessShared;
+
+/* What one backend is reading now; written only by that backend. */
+typedef struct TsmReadingSlot
+{
+	volatile uint32 changecount;	/* odd while being written */
+	Oid			dbid;
+	int			session_pid;	/* the leader's pid for a parallel worker */
+	int			nrels;
+	Oid			relids[TSM_PUBLISHED_RELS];
+} TsmReadingSlot;
+
+static TsmCoaccessShared *tsm_coaccess = NULL;
+static HTAB *tsm_pairs = NULL;
+static TsmReadingSlot *tsm_reading = NULL;
+
+/* ---- backend-local state ----------------------------------------------- */
+
+typedef struct TsmExecRel
+{
+	Oid			relid;
+	bool		own;			/* scanned by this execution's own plan */
+	bool		measured;		/* its end counters have been read */
+	int64		fetched_start;	/* own: pgstat counters at ExecutorStart */
+	int64		hit_start;
+	int64		fetched;		/* blocks accessed during the execution */
+	int64		hit;
+} TsmExecRel;
+
+typedef struct TsmExecution
+{
+	QueryDesc  *query;			/* NULL: the pool entry is free */
+	int			xact_level;		/* subtransaction that started it */
+	bool		walking_end;
+	int			nrels;
+	TsmExecRel	rels[TSM_EXEC_MAX_RELS];
+} TsmExecution;
+
+/*
+ * Executions between ExecutorStart and ExecutorEnd, in a pool of this
+ * backend's static memory rather than in the queries' memory: an entry
+ * left behind by an execution that never reached ExecutorEnd can hold
+ * stale numbers, never a pointer to freed memory.  Entries are freed at
+ * ExecutorEnd, at (sub)transaction abort and at transaction end.
+ */
+static TsmExecution tracked[TSM_MAX_TRACKED];
+static int	ntracked = 0;		/* entries in use */
+/* The execution whose ExecutorRun/Finish is on the stack now. */
+static TsmExecution *running = NULL;
+static bool published = false;
+static bool callbacks_registered = false;
+
+static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
+static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
+static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
+
+/* ---- the pair table ---------------------------------------------------- */
+
+static int
+pair_usage_cmp(const void *a, const void *b)
+{
+	double		ua = (*(TsmPairEntry *const *) a)->counters.usage;
+	double		ub = (*(TsmPairEntry *const *) b)->counters.usage;
+
+	return (ua > ub) - (ua < ub);
+}
+
+/*
+ * Evict the least-used TSM_EVICT_PERCENT of the pairs (at least one) and
+ * decay the usage of the others.  Caller holds the coaccess lock exclusively.
+ */
+static void
+evict_pairs(void)
+{
+	HASH_SEQ_STATUS seq;
+	TsmPairEntry **entries;
+	TsmPairEntry *entry;
+	long		n = 0;
+	long		victims;
+
+	entries = palloc(hash_get_num_entries(tsm_pairs) * sizeof(TsmPairEntry *));
+	hash_seq_init(&seq, tsm_pairs);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		entry->counters.usage *= TSM_USAGE_DECAY;
+		entries[n++] = entry;
+	}
+	qsort(entries, n, sizeof(TsmPairEntry *), pair_usage_cmp);
+	victims = Min(n, Max(1, n * TSM_EVICT_PERCENT / 100));
+	for (long i = 0; i < victims; i++)
+		hash_search(tsm_pairs, &entries[i]->key, HASH_REMOVE, NULL);
+	tsm_coaccess->evictions += victims;
+	pfree(entries);
+}
+
+/* One observation of a pair. */
+typedef struct TsmPairUpdate
+{
+	TsmPairKey	key;
+	bool		execution;
+	int64		blocks_a;
+	int64		blocks_b;
+	int64		blocks_read_a;
+	int64		blocks_read_b;
+	int64		ticks;
+} TsmPairUpdate;
+
+static void
+apply_update(TsmPairEntry *entry, const TsmPairUpdate *u, TimestampTz now)
+{
+	SpinLockAcquire(&entry->mutex);
+	if (u->execution)
+		entry->counters.executions++;
+	entry->counters.blocks_a += u->blocks_a;
+	entry->counters.blocks_b += u->blocks_b;
+	entry->counters.blocks_read_a += u->blocks_read_a;
+	entry->counters.blocks_read_b += u->blocks_read_b;
+	entry->counters.concurrent_ticks += u->ticks;
+	entry->counters.usage += 1.0;
+	entry->counters.last_seen = now;
+	SpinLockRelease(&entry->mutex);
+}
+
+/*
+ * Add observations to the pair table, creating pairs as needed (evicting
+ * when full).  Takes the coaccess lock: shared for existing pairs, then
+ * exclusively if some pair must be created.
+ */
+static void
+record_pairs(TsmPairUpdate *updates, int n)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool	   *missing = palloc(n * sizeof(bool));
+	bool		any_missing = false;
+
+	LWLockAcquire(tsm_coaccess->lock, LW_SHARED);
+	for (int i = 0; i < n; i++)
+	{
+		TsmPairEntry *entry = hash_search(tsm_pairs, &updates[i].key, HASH_FIND, NULL);
+
+		missing[i] = (entry == NULL);
+		if (entry)
+			apply_update(entry, &updates[i], now);
+		else
+			any_missing = true;
+	}
+	LWLockRelease(tsm_coaccess->lock);
+
+	if (any_missing)
+	{
+		LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < n; i++)
+		{
+			TsmPairEntry *entry;
+			bool		found;
+
+			if (!missing[i])
+				continue;
+			entry = hash_search(tsm_pairs, &updates[i].key, HASH_FIND, NULL);
+			if (entry == NULL)
+			{
+				if (hash_get_num_entries(tsm_pairs) >= tsm_coaccess_max_pairs)
+					evict_pairs();
+				entry = hash_search(tsm_pairs, &updates[i].key, HASH_ENTER_NULL, &found);
+				if (entry == NULL)
+					continue;	/* cannot happen: we just made room */
+				if (!found)
+				{
+					SpinLockInit(&entry->mutex);
+					memset(&entry->counters, 0, sizeof(TsmPairCounters));
+					entry->counters.first_seen = now;
+				}
+			}
+			apply_update(entry, &updates[i], now);
+		}
+		LWLockRelease(tsm_coaccess->lock);
+	}
+	pfree(missing);
+}
+
+/* ---- per-query collection --------------------------------------------- */
+
+static TsmExecRel *
+find_rel(TsmExecution *exec, Oid relid)
+{
+	for (int i = 0; i < exec->nrels; i++)
+		if (exec->rels[i].relid == relid)
+			return &exec->rels[i];
+	return NULL;
+}
+
+/* At ExecutorStart: note rel and its counters; at ExecutorEnd: measure it. */
+static void
+visit_relation(TsmExecution *exec, Relation rel)
+{
+	TsmExecRel *r;
+	Oid			relid;
+
+	if (rel == NULL)
+		return;
+	relid = RelationGetRelid(rel);
+	if (relid < FirstNormalObjectId ||
+		rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+		return;
+	r = find_rel(exec, relid);
+
+	if (exec->walking_end)
+	{
+		if (r == NULL || !r->own || r->measured || rel->pgstat_info == NULL)
+			return;
+		r->measured = true;
+		r->fetched = Max(0, rel->pgstat_info->t_counts.t_blocks_fetched - r->fetched_start);
+		r->hit = Max(0, rel->pgstat_info->t_counts.t_blocks_hit - r->hit_start);
+		r->hit = Min(r->hit, r->fetched);
+		return;
+	}
+
+	if (r != NULL || exec->nrels == TSM_EXEC_MAX_RELS)
+		return;
+	/* associates the relation with its pending statistics, as a read would */
+	if (!pgstat_should_count_relation(rel))
+		return;
+	r = &exec->rels[exec->nrels++];
+	memset(r, 0, sizeof(*r));
+	r->relid = relid;
+	r->own = true;
+	r->fetched_start = rel->pgstat_info->t_counts.t_blocks_fetched;
+	r->hit_start = rel->pgstat_info->t_counts.t_blocks_hit;
+}
+
+/* planstate_tree_walker callback: the relations a plan node reads. */
+static bool
+relation_walker(PlanState *ps, void *context)
+{
+	TsmExecution *exec = (TsmExecution *) context;
+
+	if (ps == NULL)
+		return false;
+	switch (nodeTag(ps))
+	{
+		case T_SeqScanState:
+		case T_SampleScanState:
+		case T_BitmapHeapScanState:
+		case T_TidScanState:
+		case T_TidRangeScanState:
+		case T_ForeignScanState:
+		case T_CustomScanState:
+			visit_relation(exec, ((ScanState *) ps)->ss_currentRelation);
+			break;
+		case T_IndexScanState:
+			visit_relation(exec, ((ScanState *) ps)->ss_currentRelation);
+			visit_relation(exec, ((IndexScanState *) ps)->iss_RelationDesc);
+			break;
+		case T_IndexOnlyScanState:
+			visit_relation(exec, ((ScanState *) ps)->ss_currentRelation);
+			visit_relation(exec, ((IndexOnlyScanState *) ps)->ioss_RelationDesc);
+			break;
+		case T_BitmapIndexScanState:
+			visit_relation(exec, ((BitmapIndexScanState *) ps)->biss_RelationDesc);
+			break;
+		case T_ModifyTableState:
+			{
+				ModifyTableState *mt = (ModifyTableState *) ps;
+
+				for (int i = 0; i < mt->mt_nrels; i++)
+					visit_relation(exec, mt->resultRelInfo[i].ri_RelationDesc);
+			}
+			break;
+		default:
+			break;
+	}
+	return planstate_tree_walker(ps, relation_walker, context);
+}
+
+/* The pool entry of this query, or NULL. */
+static TsmExecution *
+find_tracked(QueryDesc *query)
+{
+	if (ntracked == 0)
+		return NULL;
+	for (int i = 0; i < TSM_MAX_TRACKED; i++)
+		if (tracked[i].query == query)
+			return &tracked[i];
+	return NULL;
+}
+
+static void untrack(TsmExecution *exec);
+
+static TsmExecution *
+new_tracked(QueryDesc *query)
+{
+	TsmExecution *stale = find_tracked(query);
+
+	/* a query starts once: an entry with its address was left behind */
+	if (stale != NULL)
+		untrack(stale);
+	for (int i = 0; i < TSM_MAX_TRACKED; i++)
+		if (tracked[i].query == NULL)
+		{
+			tracked[i].query = query;
+			ntracked++;
+			return &tracked[i];
+		}
+	return NULL;				/* nested too deep: not followed */
+}
+
+static void
+untrack(TsmExecution *exec)
+{
+	if (exec->query != NULL)
+	{
+		exec->query = NULL;
+		ntracked--;
+	}
+}
+
+static void
+untrack_all(void)
+{
+	for (int i = 0; i < TSM_MAX_TRACKED; i++)
+		tracked[i].query = NULL;
+	ntracked = 0;
+}
+
+/* ---- the reading slot -------------------------------------------------- */
+
+static TsmReadingSlot *
+my_reading_slot(void)
+{
+	int			slot = tsm_backend_slot();
+
+	if (tsm_reading == NULL || slot < 0 || slot >= tsm_backend_slots())
+		return NULL;
+	return &tsm_reading[slot];
+}
+
+/* Publish (or, with exec NULL, clear) the relations this session reads. */
+static void
+publish_reading(TsmExecution *exec, bool append)
+{
+	TsmReadingSlot *slot = my_reading_slot();
+
+	if (slot == NULL)
+		return;
+	slot->changecount++;
+	pg_write_barrier();
+	if (exec == NULL)
+		slot->nrels = 0;
+	else
+	{
+		if (!append)
+		{
+			slot->nrels = 0;
+			slot->dbid = MyDatabaseId;
+			slot->session_pid = (MyProc && MyProc->lockGroupLeader) ?
+				MyProc->lockGroupLeader->pid : MyProcPid;
+		}
+		for (int i = 0; i < exec->nrels && slot->nrels < TSM_PUBLISHED_RELS; i++)
+		{
+			bool		present = false;
+
+			for (int j = 0; j < slot->nrels && !present; j++)
+				present = (slot->relids[j] == exec->rels[i].relid);
+			if (!present)
+				slot->relids[slot->nrels++] = exec->rels[i].relid;
+		}
+	}
+	pg_write_barrier();
+	slot->changecount++;
+}
+
+/* ---- the end of an execution ------------------------------------------ */
+
+/* Add a finished inner execution's blocks to the one enclosing it. */
+static void
+merge_into(TsmExecution *outer, TsmExecution *inner)
+{
+	for (int i = 0; i < inner->nrels; i++)
+	{
+		TsmExecRel *src = &inner->rels[i];
+		TsmExecRel *dst;
+
+		if (src->fetched == 0)
+			continue;
+		dst = find_rel(outer, src->relid);
+		if (dst != NULL && dst->own)
+			continue;			/* the outer's own counters include these */
+		if (dst == NULL)
+		{
+			if (outer->nrels == TSM_EXEC_MAX_RELS)
+				continue;
+			dst = &outer->rels[outer->nrels++];
+			memset(dst, 0, sizeof(*dst));
+			dst->relid = src->relid;
+		}
+		dst->fetched += src->fetched;
+		dst->hit += src->hit;
+	}
+}
+
+static int
+exec_rel_cmp(const void *a, const void *b)
+{
+	Oid			ra = ((const TsmExecRel *) a)->relid;
+	Oid			rb = ((const TsmExecRel *) b)->relid;
+
+	return (ra > rb) - (ra < rb);
+}
+
+/* Record every pair of relations the execution accessed blocks of. */
+static void
+record_execution(TsmExecution *exec)
+{
+	TsmExecRel	read[TSM_EXEC_MAX_RELS];
+	int			nread = 0;
+	TsmPairUpdate *updates;
+	int			n = 0;
+	bool		counts_execution = !IsParallelWorker();
+
+	for (int i = 0; i < exec->nrels; i++)
+		if (exec->rels[i].fetched > 0)
+			read[nread++] = exec->rels[i];
+	if (nread < 2)
+		return;
+	qsort(read, nread, sizeof(TsmExecRel), exec_rel_cmp);
+	updates = palloc(sizeof(TsmPairUpdate) * nread * (nread - 1) / 2);
+	for (int i = 0; i < nread; i++)
+		for (int j = i + 1; j < nread; j++)
+		{
+			TsmPairUpdate *u = &updates[n++];
+
+			u->key.dbid = MyDatabaseId;
+			u->key.rel_a = read[i].relid;
+			u->key.rel_b = read[j].relid;
+			u->execution = counts_execution;
+			u->blocks_a = read[i].fetched;
+			u->blocks_b = read[j].fetched;
+			u->blocks_read_a = read[i].fetched - read[i].hit;
+			u->blocks_read_b = read[j].fetched - read[j].hit;
+			u->ticks = 0;
+		}
+	record_pairs(updates, n);
+	pfree(updates);
+}
+
+/* ---- hooks ------------------------------------------------------------- */
+
+static void
+tsm_xact_callback(XactEvent event, void *arg)
+{
+	/* every execution has ended (commit) or been thrown away (abort) */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		untrack_all();
+		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+			running = NULL;
+		if (published)
+		{
+			publish_reading(NULL, false);
+			published = false;
+		}
+	}
+}
+
+static void
+tsm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	int			level;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	/* executions started in the aborted subtransaction never reach their end */
+	level = GetCurrentTransactionNestLevel();
+	for (int i = 0; i < TSM_MAX_TRACKED; i++)
+		if (tracked[i].query != NULL && tracked[i].xact_level >= level)
+			untrack(&tracked[i]);
+}
+
+static void
+tsm_ExecutorStart(QueryDesc *queryDesc, int eflags)
+{
+	TsmExecution *exec;
+
+	if (prev_ExecutorStart)
+		prev_ExecutorStart(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
+
+	if (!tsm_track_coaccess || tsm_coaccess == NULL ||
+		(eflags & EXEC_FLAG_EXPLAIN_ONLY) || !OidIsValid(MyDatabaseId))
+		return;
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(tsm_xact_callback, NULL);
+		RegisterSubXactCallback(tsm_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	exec = new_tracked(queryDesc);
+	if (exec == NULL)
+		return;
+	exec->xact_level = GetCurrentTransactionNestLevel();
+	exec->walking_end = false;
+	exec->nrels = 0;
+	(void) relation_walker(queryDesc->planstate, exec);
+}
+
+static void
+tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
+				bool execute_once)
+{
+	TsmExecution *saved = running;
+	TsmExecution *exec = find_tracked(queryDesc);
+	volatile bool publish_here = false;
+
+	if (exec != NULL)
+	{
+		running = exec;
+		if (!published)
+		{
+			publish_reading(exec, false);
+			published = publish_here = true;
+		}
+		else if (exec->nrels > 0)
+			publish_reading(exec, true);
+	}
+	PG_TRY();
+	{
+		if (prev_ExecutorRun)
+			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+		else
+			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+	}
+	PG_FINALLY();
+	{
+		running = saved;
+		if (publish_here)
+		{
+			publish_reading(NULL, false);
+			published = false;
+		}
+	}
+	PG_END_TRY();
+}
+
+static void
+tsm_ExecutorFinish(QueryDesc *queryDesc)
+{
+	TsmExecution *saved = running;
+	TsmExecution *exec = find_tracked(queryDesc);
+
+	if (exec != NULL)
+		running = exec;
+	PG_TRY();
+	{
+		if (prev_ExecutorFinish)
+			prev_ExecutorFinish(queryDesc);
+		else
+			standard_ExecutorFinish(queryDesc);
+	}
+	PG_FINALLY();
+	{
+		running = saved;
+	}
+	PG_END_TRY();
+}
+
+static void
+tsm_ExecutorEnd(QueryDesc *queryDesc)
+{
+	TsmExecution *exec = find_tracked(queryDesc);
+
+	if (exec != NULL)
+	{
+		exec->walking_end = true;
+		(void) relation_walker(queryDesc->planstate, exec);
+		if (running != NULL && running != exec)
+			merge_into(running, exec);
+		else
+			record_execution(exec);
+		untrack(exec);
+	}
+
+	if (prev_ExecutorEnd)
+		prev_ExecutorEnd(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+}
+
+/*
+ * tsm_coaccess_install_hooks
+ *		Chain the executor hooks; called from _PG_init when preloading.
+ */
+void
+tsm_coaccess_install_hooks(void)
+{
+	prev_ExecutorStart = ExecutorStart_hook;
+	ExecutorStart_hook = tsm_ExecutorStart;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = tsm_ExecutorRun;
+	prev_ExecutorFinish = ExecutorFinish_hook;
+	ExecutorFinish_hook = tsm_ExecutorFinish;
+	prev_ExecutorEnd = ExecutorEnd_hook;
+	ExecutorEnd_hook = tsm_ExecutorEnd;
+}
+
+/* ---- concurrency ticks (the sampler) ----------------------------------- */
+
+typedef struct TsmReader
+{
+	Oid			dbid;
+	int			session_pid;
+	int			nrels;
+	Oid			relids[TSM_PUBLISHED_RELS];
+} TsmReader;
+
+static int
+reader_db_cmp(const void *a, const void *b)
+{
+	Oid			da = ((const TsmReader *) a)->dbid;
+	Oid			db = ((const TsmReader *) b)->dbid;
+
+	return (da > db) - (da < db);
+}
+
+/* Copy a reading slot; false if it is empty or kept changing. */
+static bool
+copy_reading_slot(volatile TsmReadingSlot *slot, TsmReader *out)
+{
+	for (int attempt = 0; attempt < 8; attempt++)
+	{
+		uint32		before = slot->changecount;
+		uint32		after;
+
+		pg_read_barrier();
+		out->dbid = slot->dbid;
+		out->session_pid = slot->session_pid;
+		out->nrels = Min(slot->nrels, TSM_PUBLISHED_RELS);
+		for (int i = 0; i < out->nrels; i++)
+			out->relids[i] = slot->relids[i];
+		pg_read_barrier();
+		after = slot->changecount;
+		if (before == after && (before & 1) == 0)
+			return out->nrels > 0;
+	}
+	return false;
+}
+
+/* Concurrent ticks for the pairs of one database's readers. */
+static void
+tick_database(TsmReader *readers, int n)
+{
+	Oid			relids[TSM_TICK_MAX_RELS];
+	int			first_session[TSM_TICK_MAX_RELS];
+	bool		several_sessions[TSM_TICK_MAX_RELS];
+	int			nrels = 0;
+	TsmPairUpdate *updates;
+	int			nupdates = 0;
+
+	for (int r = 0; r < n; r++)
+		for (int i = 0; i < readers[r].nrels; i++)
+		{
+			int			k;
+
+			for (k = 0; k < nrels; k++)
+				if (relids[k] == readers[r].relids[i])
+					break;
+			if (k == nrels)
+			{
+				if (nrels == TSM_TICK_MAX_RELS)
+					continue;
+				relids[nrels] = readers[r].relids[i];
+				first_session[nrels] = readers[r].session_pid;
+				several_sessions[nrels++] = false;
+			}
+			else if (first_session[k] != readers[r].session_pid)
+				several_sessions[k] = true;
+		}
+	if (nrels < 2)
+		return;
+
+	updates = palloc(sizeof(TsmPairUpdate) * nrels * (nrels - 1) / 2);
+	for (int i = 0; i < nrels; i++)
+		for (int j = i + 1; j < nrels; j++)
+		{
+			TsmPairUpdate *u;
+
+			/* one session reading both is per-query co-access, counted there */
+			if (!several_sessions[i] && !several_sessions[j] &&
+				first_session[i] == first_session[j])
+				continue;
+			u = &updates[nupdates++];
+			memset(u, 0, sizeof(*u));
+			u->key.dbid = readers[0].dbid;
+			u->key.rel_a = Min(relids[i], relids[j]);
+			u->key.rel_b = Max(relids[i], relids[j]);
+			u->ticks = 1;
+		}
+	if (nupdates > 0)
+		record_pairs(updates, nupdates);
+	pfree(updates);
+}
+
+/*
+ * tsm_coaccess_sample_concurrency
+ *		One concurrency tick: which relations are being read right now by
+ *		which sessions; called by the sampler.
+ *
+ * Reads the slots without a lock (change-counter protocol), then records
+ * pairs under the coaccess lock.
+ */
+void
+tsm_coaccess_sample_concurrency(TimestampTz now)
+{
+	int			nslots = tsm_backend_slots();
+	TsmReader  *readers = palloc(sizeof(TsmReader) * nslots);
+	int			n = 0;
+	int			start = 0;
+
+	for (int i = 0; i < nslots; i++)
+		if (copy_reading_slot(&tsm_reading[i], &readers[n]))
+			n++;
+	if (n < 2)
+	{
+		pfree(readers);
+		return;
+	}
+	qsort(readers, n, sizeof(TsmReader), reader_db_cmp);
+	for (int i = 1; i <= n; i++)
+		if (i == n || readers[i].dbid != readers[start].dbid)
+		{
+			if (i - start >= 2)
+				tick_database(&readers[start], i - start);
+			start = i;
+		}
+	pfree(readers);
+}
+
+/* ---- shared memory, persistence, status ------------------------------- */
+
+Size
+tsm_coaccess_shmem_size(void)
+{
+	Size		size = MAXALIGN(sizeof(TsmCoaccessShared));
+
+	size = add_size(size, hash_estimate_size(tsm_coaccess_max_pairs, sizeof(TsmPairEntry)));
+	size = add_size(size, mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)));
+	return size;
+}
+
+void
+tsm_coaccess_shmem_init(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	tsm_coaccess = ShmemInitStruct("pg_tsmove coaccess", sizeof(TsmCoaccessShared), &found);
+	if (!found)
+	{
+		tsm_coaccess->lock = tsm_monitor_lock(TSM_LOCK_COACCESS);
+		tsm_coaccess->evictions = 0;
+		tsm_coaccess->reset_at = GetCurrentTimestamp();
+	}
+	tsm_reading = ShmemInitStruct("pg_tsmove reading slots",
+								  mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)),
+								  &found);
+	if (!found)
+		memset(tsm_reading, 0, mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)));
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(TsmPairKey);
+	info.entrysize = sizeof(TsmPairEntry);
+	tsm_pairs = ShmemInitHash("pg_tsmove coaccess pairs",
+							  tsm_coaccess_max_pairs, tsm_coaccess_max_pairs,
+							  &info, HASH_ELEM | HASH_BLOBS);
+}
+
+/* Pairs held, pairs evicted, and the last reset; takes the lock shared. */
+void
+tsm_coaccess_status(int64 *pairs, int64 *evictions, TimestampTz *reset_at)
+{
+	LWLockAcquire(tsm_coaccess->lock, LW_SHARED);
+	*pairs = hash_get_num_entries(tsm_pairs);
+	*evictions = tsm_coaccess->evictions;
+	*reset_at = tsm_coaccess->reset_at;
+	LWLockRelease(tsm_coaccess->lock);
+}
+
+/*
+ * Write the pair table to the monitoring file (postmaster, at shutdown: no
+ * other process is left, so no lock).  Returns false on a write error.
+ */
+bool
+tsm_coaccess_write(FILE *file)
+{
+	HASH_SEQ_STATUS seq;
+	TsmPairEntry *entry;
+	int64		n = hash_get_num_entries(tsm_pairs);
+
+	if (fwrite(&tsm_coaccess->evictions, sizeof(int64), 1, file) != 1 ||
+		fwrite(&tsm_coaccess->reset_at, sizeof(TimestampTz), 1, file) != 1 ||
+		fwrite(&n, sizeof(int64), 1, file) != 1)
+		return false;
+	hash_seq_init(&seq, tsm_pairs);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (fwrite(&entry->key, sizeof(TsmPairKey), 1, file) != 1 ||
+			fwrite(&entry->counters, sizeof(TsmPairCounters), 1, file) != 1)
+		{
+			hash_seq_term(&seq);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Read what tsm_coaccess_write wrote (postmaster, at start-up). */
+bool
+tsm_coaccess_read(FILE *file)
+{
+	int64		n;
+
+	if (fread(&tsm_coaccess->evictions, sizeof(int64), 1, file) != 1 ||
+		fread(&tsm_coaccess->reset_at, sizeof(TimestampTz), 1, file) != 1 ||
+		fread(&n, sizeof(int64), 1, file) != 1 || n < 0)
+		return false;
+	for (int64 i = 0; i < n; i++)
+	{
+		TsmPairKey	key;
+		TsmPairCounters counters;
+		TsmPairEntry *entry;
+		bool		found;
+
+		if (fread(&key, sizeof(key), 1, file) != 1 ||
+			fread(&counters, sizeof(counters), 1, file) != 1)
+			return false;
+		if (hash_get_num_entries(tsm_pairs) >= tsm_coaccess_max_pairs)
+			continue;			/* the table was made smaller */
+		entry = hash_search(tsm_pairs, &key, HASH_ENTER_NULL, &found);
+		if (entry == NULL)
+			continue;
+		SpinLockInit(&entry->mutex);
+		entry->counters = counters;
+	}
+	return true;
+}
+
+/* ---- SQL functions ----------------------------------------------------- */
+
+#define TSM_PAIR_COLS 11
+
+/*
+ * tsmove.coaccess_pairs() RETURNS SETOF record
+ *		Every pair of the table, all databases: (dbid, rel_a, rel_b,
+ *		executions, blocks_a, blocks_b, blocks_read_a, blocks_read_b,
+ *		concurrent_ticks, first_seen, last_seen).  Thin data behind the
+ *		tsmove.coaccess view.
+ *
+ * Takes the coaccess lock shared, and each pair's spinlock while copying.
+ * Granted to pg_monitor.
+ */
+Datum
+tsm_coaccess_pairs(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS seq;
+	TsmPairEntry *entry;
+
+	tsm_monitor_require_preload();
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(tsm_coaccess->lock, LW_SHARED);
+	hash_seq_init(&seq, tsm_pairs);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		Datum		values[TSM_PAIR_COLS];
+		bool		nulls[TSM_PAIR_COLS] = {0};
+		TsmPairCounters c;
+		int			i = 0;
+
+		SpinLockAcquire(&entry->mutex);
+		c = entry->counters;
+		SpinLockRelease(&entry->mutex);
+
+		values[i++] = ObjectIdGetDatum(entry->key.dbid);
+		values[i++] = ObjectIdGetDatum(entry->key.rel_a);
+		values[i++] = ObjectIdGetDatum(entry->key.rel_b);
+		values[i++] = Int64GetDatum(c.executions);
+		values[i++] = Int64GetDatum(c.blocks_a);
+		values[i++] = Int64GetDatum(c.blocks_b);
+		values[i++] = Int64GetDatum(c.blocks_read_a);
+		values[i++] = Int64GetDatum(c.blocks_read_b);
+		values[i++] = Int64GetDatum(c.concurrent_ticks);
+		values[i++] = TimestampTzGetDatum(c.first_seen);
+		values[i++] = TimestampTzGetDatum(c.last_seen);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(tsm_coaccess->lock);
+	return (Datum) 0;
+}
+
+/*
+ * tsmove.coaccess_reset() RETURNS timestamptz
+ *		Forget every pair (all databases) and the eviction count; returns
+ *		the reset time.
+ *
+ * Takes the coaccess lock exclusively.  Revoked from PUBLIC.
+ */
+Datum
+tsm_coaccess_reset(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS seq;
+	TsmPairEntry *entry;
+	TimestampTz now = GetCurrentTimestamp();
+
+	tsm_monitor_require_preload();
+	LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, tsm_pairs);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(tsm_pairs, &entry->key, HASH_REMOVE, NULL);
+	tsm_coaccess->evictions = 0;
+	tsm_coaccess->reset_at = now;
+	LWLockRelease(tsm_coaccess->lock);
+	PG_RETURN_TIMESTAMPTZ(now);
+}
