@@ -340,6 +340,7 @@ BEGIN
     -- relations this database could move, with their reads since the statistics reset
     rel AS MATERIALIZED (
         SELECT c.oid, c.relname, n.nspname, c.relkind,
+               format('%I.%I', n.nspname, c.relname) AS qualified,
                CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END AS spcoid,
                greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0) AS blocks_read
         FROM pg_class c
@@ -354,7 +355,11 @@ BEGIN
     -- co-accessed pairs on one device, with the evidence in blocks
     pair AS (
         SELECT p.rel_a::oid AS a, p.rel_b::oid AS b, p.executions, p.concurrent_ticks,
-               p.blocks_read_a, p.blocks_read_b, p.coaccess_weight_read,
+               p.blocks_read_a, p.blocks_read_b, p.coaccess_weight, p.coaccess_weight_read,
+               -- read at once by different sessions: the smaller one's reads, scaled
+               -- by the share of the time both were seen being read
+               2 * least(ra.blocks_read, rb.blocks_read)
+                 * least(1, p.concurrent_ticks * tick_s / observed_s) AS concurrent_blocks,
                p.coaccess_weight_read
                  + 2 * least(ra.blocks_read, rb.blocks_read)
                      * least(1, p.concurrent_ticks * tick_s / observed_s) AS evidence_blocks
@@ -370,6 +375,9 @@ BEGIN
         WHERE pr.evidence_blocks * block_bytes >= min_bytes AND pr.evidence_blocks > 0),
     coaccess_candidate AS (
         SELECT 'co-access'::text AS kind, m.relid, m.partner, m.executions, m.concurrent_ticks,
+               m.coaccess_weight * block_bytes AS together_bytes,
+               m.coaccess_weight_read * block_bytes AS together_read_bytes,
+               m.concurrent_blocks * block_bytes AS concurrent_bytes,
                m.evidence_blocks * block_bytes AS evidence_bytes,
                m.evidence_blocks * block_bytes
                  * CASE WHEN src.rotational THEN 1.0 ELSE 0.25 END / src.parallelism AS score_bytes,
@@ -386,6 +394,8 @@ BEGIN
                     ELSE 'faster device' END AS kind,
                r.oid AS relid, NULL::oid AS partner, NULL::bigint AS executions,
                NULL::bigint AS concurrent_ticks,
+               NULL::numeric AS together_bytes, NULL::numeric AS together_read_bytes,
+               NULL::numeric AS concurrent_bytes,
                r.blocks_read * block_bytes AS evidence_bytes,
                r.blocks_read * block_bytes
                  * CASE WHEN src.util >= 50 AND tgt.util <= src.util / 2
@@ -422,7 +432,18 @@ BEGIN
               ORDER BY least(c.relid, coalesce(c.partner, c.relid)),
                        greatest(c.relid, coalesce(c.partner, c.relid)), c.kind,
                        c.preference, (NOT c.tgt_rot) DESC, c.tgt_util, c.tgt_free DESC) c
-        ORDER BY c.relid, c.score_bytes DESC, (NOT c.tgt_rot) DESC, c.tgt_util, c.tgt_free DESC)
+        ORDER BY c.relid, c.score_bytes DESC, (NOT c.tgt_rot) DESC, c.tgt_util, c.tgt_free DESC),
+    kept AS (
+        -- never undo a better recommendation: no move next to a relation it
+        -- is co-accessed with that a higher-scoring one sends to that device
+        SELECT b.*
+        FROM best b
+        WHERE NOT EXISTS (
+            SELECT FROM best o
+            JOIN pair pr ON (pr.a = o.relid AND pr.b = b.relid) OR (pr.b = o.relid AND pr.a = b.relid)
+            WHERE o.tgt_device = b.tgt_device
+              AND (o.score_bytes > b.score_bytes
+                   OR (o.score_bytes = b.score_bytes AND o.relid < b.relid))))
     SELECT (row_number() OVER (ORDER BY b.score_bytes DESC, b.relid))::integer,
            b.kind,
            b.relid::regclass,
@@ -430,23 +451,25 @@ BEGIN
            tt.spcname,
            CASE b.kind
            WHEN 'co-access' THEN
-               format('%s and %s were read together in %s executions, %s of it from outside shared buffers, both on %s%s; moving %s (%s) to %s on %s separates them',
-                      r.relname, pr.relname, b.executions, pg_size_pretty(b.evidence_bytes::bigint),
-                      b.src_device,
+               format('%s and %s were read together in %s executions (%s, %s of it from outside shared buffers)%s, both on %s; moving %s (%s) to %s on %s separates them',
+                      r.qualified, pr.qualified, b.executions,
+                      pg_size_pretty(b.together_bytes::bigint),
+                      pg_size_pretty(b.together_read_bytes::bigint),
                       CASE WHEN b.concurrent_ticks > 0
-                           THEN format('; read at the same time by different sessions in %s samples', b.concurrent_ticks)
+                           THEN format(' and by different sessions at the same time in %s samples (about %s more)',
+                                       b.concurrent_ticks, pg_size_pretty(b.concurrent_bytes::bigint))
                            ELSE '' END,
-                      r.relname,
-                      CASE WHEN b.src_rot AND NOT b.tgt_rot THEN 'the hotter of the two'
+                      b.src_device, r.qualified,
+                      CASE WHEN b.src_rot AND NOT b.tgt_rot THEN 'the hotter of the two, onto a faster device'
                            ELSE 'the smaller of the two' END,
                       tt.spcname, b.tgt_device)
            WHEN 'busy device' THEN
-               format('%s is %s%% busy and %s only %s%% (averages over %s); %s is read from outside shared buffers most there (%s since the statistics reset)',
+               format('%s is %s%% busy and %s only %s%% (averages over %s); %s is the relation read most from outside shared buffers there (%s since the statistics reset)',
                       b.src_device, round(b.src_util, 1), b.tgt_device, round(b.tgt_util, 1),
-                      horizon, r.relname, pg_size_pretty(b.evidence_bytes::bigint))
+                      horizon, r.qualified, pg_size_pretty(b.evidence_bytes::bigint))
            ELSE
                format('%s was read %s from outside shared buffers since the statistics reset, on rotational %s; %s is non-rotational and no busier (%s%% vs %s%%): hot data belongs on the fastest device',
-                      r.relname, pg_size_pretty(b.evidence_bytes::bigint), b.src_device,
+                      r.qualified, pg_size_pretty(b.evidence_bytes::bigint), b.src_device,
                       b.tgt_device, round(b.tgt_util, 1), round(b.src_util, 1))
            END,
            b.partner::regclass,
@@ -461,7 +484,7 @@ BEGIN
            round(b.tgt_util, 1),
            CASE WHEN rate_mb > 0
                 THEN make_interval(secs => ceil(b.size_bytes * 2 / (rate_mb * 1048576))::double precision) END,
-           format('SELECT tsmove.move(%L, %L);', format('%I.%I', r.nspname, r.relname), tt.spcname),
+           format('SELECT tsmove.move(%L, %L);', r.qualified, tt.spcname),
            format('device load: utilisation averaged over the last %s of history (%s rows for %s; the last sampling window where there are none); '
                   'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s); '
                   'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
@@ -473,7 +496,7 @@ BEGIN
                   coaccess_since,
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
                        ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (unthrottled)' END)
-    FROM best b
+    FROM kept b
     JOIN rel r ON r.oid = b.relid
     LEFT JOIN rel pr ON pr.oid = b.partner
     JOIN pg_tablespace ts ON ts.oid = b.src_spc

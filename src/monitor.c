@@ -5,10 +5,11 @@
  *	  file (history, co-access pairs and totals kept across a clean
  *	  restart), tsmove.monitor_info(), and the preload check.
  *
- * _PG_init (pg_tsmove.c) calls tsm_monitor_init(), which defines the GUCs
- * always (so that SHOW works) and, when the library is being preloaded,
- * installs the executor hooks (coaccess.c) and registers the sampler
- * (sampler.c).  pg_tsmove.c's shmem_request and shmem_startup hooks call
+ * _PG_init (pg_tsmove.c) calls tsm_monitor_init(), which defines the
+ * run-time GUCs always and, when the library is being preloaded, the
+ * shared-memory sizes, installs the executor hooks (coaccess.c) and
+ * registers the sampler (sampler.c).  pg_tsmove.c's shmem_request and
+ * shmem_startup hooks call
  * tsm_monitor_shmem_request() and tsm_monitor_shmem_startup().
  *
  * The file is pg_stat/pg_tsmove_monitor.stat.  As pg_stat_statements does,
@@ -87,20 +88,44 @@ tsm_monitor_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("pg_tsmove.coaccess_max_pairs",
-							"Pairs of relations the co-access table holds.",
-							"When it is full, the least-used pairs are evicted.",
-							&tsm_coaccess_max_pairs,
-							5000, 100, 1000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-
 	DefineCustomIntVariable("pg_tsmove.history_interval",
 							"Length of one row of the tablespace load history.",
 							NULL,
 							&tsm_history_interval_s,
 							60, 1, 24 * 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.relation_map_refresh",
+							"How often the tablespace of each relation of an active database is read again.",
+							"A relation moved by any means is attributed to its new tablespace within this time.",
+							&tsm_relation_map_refresh_s,
+							30, 1, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("pg_tsmove.save_monitoring",
+							 "Whether the load history and co-access pairs are kept across a clean restart.",
+							 NULL,
+							 &tsm_save_monitoring,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	/*
+	 * Sizes of shared memory can only be set at server start: a library
+	 * loaded later (CREATE EXTENSION without preloading) must not define
+	 * them, as pg_stat_statements does not.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomIntVariable("pg_tsmove.coaccess_max_pairs",
+							"Pairs of relations the co-access table holds.",
+							"When it is full, the least-used pairs are evicted.",
+							&tsm_coaccess_max_pairs,
+							5000, 100, 1000000,
+							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pg_tsmove.history_size",
@@ -120,24 +145,6 @@ tsm_monitor_init(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("pg_tsmove.relation_map_refresh",
-							"How often the tablespace of each relation of an active database is read again.",
-							"A relation moved by any means is attributed to its new tablespace within this time.",
-							&tsm_relation_map_refresh_s,
-							30, 1, 24 * 3600,
-							PGC_SIGHUP, GUC_UNIT_S,
-							NULL, NULL, NULL);
-
-	DefineCustomBoolVariable("pg_tsmove.save_monitoring",
-							 "Whether the load history and co-access pairs are kept across a clean restart.",
-							 NULL,
-							 &tsm_save_monitoring,
-							 true,
-							 PGC_SIGHUP, 0,
-							 NULL, NULL, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 	tsm_coaccess_install_hooks();
 	tsm_register_sampler();
 }
