@@ -292,7 +292,7 @@ AS $advise$
 DECLARE
     block_bytes numeric := current_setting('block_size')::numeric;
     min_bytes numeric;
-    rate_mb numeric := current_setting('pg_tsmove.max_rate_mb')::numeric;
+    rate_mb numeric;
     tick_s numeric;
     observed_s numeric;
     coaccess_since timestamptz;
@@ -307,10 +307,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass the period over which device load is averaged, for example ''1 hour''.';
     END IF;
+    -- first, so that a server without the library preloaded says so
+    SELECT m.coaccess_reset INTO coaccess_since FROM tsmove.monitor_info() m;
     min_bytes := min_read_mb * 1048576;
+    rate_mb := current_setting('pg_tsmove.max_rate_mb')::numeric;
     SELECT s.setting::numeric / 1000 INTO tick_s
     FROM pg_settings s WHERE s.name = 'pg_tsmove.coaccess_sample_interval';
-    SELECT m.coaccess_reset INTO coaccess_since FROM tsmove.monitor_info() m;
     observed_s := greatest(1, extract(epoch FROM now() - coaccess_since));
 
     RETURN QUERY
@@ -349,6 +351,14 @@ BEGIN
         WHERE c.relkind IN ('r', 'm', 'i') AND c.relpersistence = 'p'
           AND c.oid >= 16384
           AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+          -- an extension's own tables (this one's job table) are its business
+          AND NOT EXISTS (SELECT FROM pg_depend e
+                          WHERE e.classid = 'pg_class'::regclass AND e.objid = c.oid
+                            AND e.deptype = 'e')
+          AND NOT EXISTS (SELECT FROM pg_index x
+                          JOIN pg_depend e ON e.classid = 'pg_class'::regclass
+                                          AND e.objid = x.indrelid AND e.deptype = 'e'
+                          WHERE x.indexrelid = c.oid)
           AND NOT EXISTS (SELECT FROM tsmove.jobs j
                           WHERE j.relation = c.oid::regclass
                             AND j.state NOT IN ('done', 'failed', 'cancelled'))),
@@ -511,9 +521,12 @@ COMMENT ON FUNCTION tsmove.advise(numeric, interval) IS
  * tsmove.report(since, compare): per tablespace, the load averages and
  * peaks of the history since `since`; then every move and relocation that
  * finished since then, with the load of its tablespaces' devices over
- * `compare` before it started and after it finished.  Reads tsmove.job,
- * so it runs as the extension's owner, with a fixed search_path; its only
- * inputs are a timestamp and an interval.
+ * `compare` before it started and after it finished (history rows wholly
+ * in those windows; the window after starts pg_tsmove.relation_map_refresh
+ * after the end, once the moved relation's blocks count for its new
+ * tablespace).  Reads tsmove.job, so it runs as the extension's owner,
+ * with a fixed search_path; its only inputs are a timestamp and an
+ * interval.
  */
 CREATE FUNCTION tsmove.report(since timestamptz,
                               compare interval DEFAULT '15 minutes')
@@ -542,6 +555,11 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $report$
 #variable_conflict use_column
+DECLARE
+    -- blocks of a moved relation count for its new tablespace once the
+    -- relation map has been read again: the window after starts then
+    settle interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s
+                                              WHERE s.name = 'pg_tsmove.relation_map_refresh'));
 BEGIN
     IF since IS NULL THEN
         RAISE EXCEPTION 'since must not be null'
@@ -578,8 +596,8 @@ BEGIN
         UNION ALL
         -- before and after each move, on each side; a relocation has one side
         SELECT 2, j.job_kind, s.spcoid, j.job_id, j.relname, s.side, p.period,
-               CASE p.period WHEN 'before' THEN j.started_at - compare ELSE j.finished_at END,
-               CASE p.period WHEN 'before' THEN j.started_at ELSE j.finished_at + compare END,
+               CASE p.period WHEN 'before' THEN j.started_at - compare ELSE j.finished_at + settle END,
+               CASE p.period WHEN 'before' THEN j.started_at ELSE j.finished_at + settle + compare END,
                format('%s %s: %s -> %s, started %s, took %s',
                       j.job_kind, coalesce(j.relname, ''),
                       coalesce((SELECT spcname FROM pg_tablespace WHERE oid = j.source_tablespace),
@@ -611,7 +629,12 @@ BEGIN
                    least(100, sum(h.device_io_ms) / nullif(sum(h.seconds) FILTER (WHERE h.device_valid) * 10, 0)) AS dev_util,
                    max(h.peak_util_pct) AS dev_util_peak
             FROM hist h
-            WHERE h.spcoid = w.spcoid AND h.end_time > w.w_start AND h.start_time < w.w_end) m),
+            WHERE h.spcoid = w.spcoid
+              AND CASE w.period
+                  -- rows wholly before the move started / after it settled
+                  WHEN 'before' THEN h.end_time <= w.w_end AND h.end_time > w.w_start
+                  WHEN 'after' THEN h.start_time >= w.w_start AND h.start_time < w.w_end
+                  ELSE h.end_time > w.w_start AND h.start_time < w.w_end END) m),
     compared AS (
         SELECT m.*,
                lag(m.dev_util) OVER (PARTITION BY m.job_id, m.side ORDER BY m.w_start) AS util_before,

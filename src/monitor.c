@@ -9,8 +9,8 @@
  * run-time GUCs always and, when the library is being preloaded, the
  * shared-memory sizes, installs the executor hooks (coaccess.c) and
  * registers the sampler (sampler.c).  pg_tsmove.c's shmem_request and
- * shmem_startup hooks call
- * tsm_monitor_shmem_request() and tsm_monitor_shmem_startup().
+ * shmem_startup hooks call tsm_monitor_shmem_request() and
+ * tsm_monitor_shmem_startup().
  *
  * The file is pg_stat/pg_tsmove_monitor.stat.  As pg_stat_statements does,
  * the postmaster writes it when it exits cleanly (an on_shmem_exit
