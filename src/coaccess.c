@@ -24,7 +24,7 @@
  * it runs (INSERT/UPDATE's indexes, tuple-routing partitions) are not seen.
  *
  * Across sessions.  While a backend is inside its top-level ExecutorRun it
- * publishes the relations of that execution in its TsmReadingSlot.  The
+ * publishes the relations of that execution in its TsmBackendSlot.  The
  * sampler copies all slots every pg_tsmove.coaccess_sample_interval; two
  * relations of one database being read by different sessions (a parallel
  * worker counts as its leader's session) add one concurrent tick to their
@@ -35,12 +35,26 @@
  * is full, the least-used 5 % are evicted (usage: updates, decayed at each
  * eviction, as pg_stat_statements' entry_dealloc) and counted.
  *
- * Locking, as pg_stat_statements: updating an existing pair takes the
+ * A query does not touch the shared pair table: it adds its pairs to a
+ * small pending table (TSM_BACKEND_PAIRS pairs) in its backend's own slot
+ * of shared memory, under that slot's spinlock, which nobody else takes
+ * but the merge.  The sampler merges every backend's pending pairs into
+ * the pair table at each tick, and so does every reader of the pairs
+ * (tsmove.coaccess, monitor_status, reset), so what a query did is visible
+ * as soon as it ended, and an idle or exited backend's pairs are not held
+ * back.  Pairs that do not fit in the pending table go to the pair table
+ * directly.  So under OLTP load the backends do not fight over one pair's
+ * cache line, as they would (pg_stat_statements' entries do).
+ *
+ * Locking: a backend slot's pending pairs are guarded by the slot's
+ * spinlock (the backend adding, a merge copying and clearing).  The pair
+ * table, as pg_stat_statements: updating an existing pair takes the
  * coaccess lock shared and the pair's spinlock; creating pairs (and
- * evicting) takes the lock exclusively; reset and the SQL reader take it
- * exclusively / shared.  A backend's reading slot is written only by that
- * backend, without a lock, inside a change-counter protocol (even: stable)
- * that lets the sampler copy it consistently.
+ * evicting) takes the lock exclusively; reset takes it exclusively, the
+ * SQL reader shared.  A slot's reading set is written only by its backend,
+ * without a lock, inside a change-counter protocol (even: stable) that lets
+ * the sampler copy it consistently.  No spinlock is held while taking the
+ * coaccess lock.
  *
  * Cost with pg_tsmove.track_coaccess = off: the hooks test one boolean.
  *
@@ -52,6 +66,7 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -77,6 +92,10 @@ PG_FUNCTION_INFO_V1(tsm_coaccess_reset);
 #define TSM_MAX_TRACKED 32
 /* Distinct relations per database considered in one concurrency tick. */
 #define TSM_TICK_MAX_RELS 64
+/* Pairs a backend keeps pending between two merges (a power of 2). */
+#define TSM_BACKEND_PAIRS 64
+/* ... of which at most this many are used, to keep probing short. */
+#define TSM_BACKEND_PAIRS_FILL 48
 /* Share of the pair table evicted when it is full, as pg_stat_statements. */
 #define TSM_EVICT_PERCENT 5
 #define TSM_USAGE_DECAY 0.99
@@ -118,19 +137,38 @@ typedef struct TsmCoaccessShared
 	TimestampTz reset_at;
 } TsmCoaccessShared;
 
-/* What one backend is reading now; written only by that backend. */
-typedef struct TsmReadingSlot
+/* A pair observed by a backend and not merged yet. */
+typedef struct TsmPendingPair
 {
+	TsmPairKey	key;			/* dbid InvalidOid: a free entry */
+	int64		executions;
+	int64		blocks_a;
+	int64		blocks_b;
+	int64		blocks_read_a;
+	int64		blocks_read_b;
+	TimestampTz first_seen;
+	TimestampTz last_seen;
+} TsmPendingPair;
+
+/* One backend's slot. */
+typedef struct TsmBackendSlot
+{
+	/* what it is reading now; written only by the backend, no lock */
 	volatile uint32 changecount;	/* odd while being written */
 	Oid			dbid;
 	int			session_pid;	/* the leader's pid for a parallel worker */
 	int			nrels;
 	Oid			relids[TSM_PUBLISHED_RELS];
-} TsmReadingSlot;
+
+	/* its pairs since the last merge, under mutex */
+	slock_t		mutex;
+	int			npending;
+	TsmPendingPair pending[TSM_BACKEND_PAIRS];
+} TsmBackendSlot;
 
 static TsmCoaccessShared *tsm_coaccess = NULL;
 static HTAB *tsm_pairs = NULL;
-static TsmReadingSlot *tsm_reading = NULL;
+static TsmBackendSlot *tsm_backends = NULL;
 
 /* ---- backend-local state ----------------------------------------------- */
 
@@ -212,31 +250,33 @@ evict_pairs(void)
 	pfree(entries);
 }
 
-/* One observation of a pair. */
+/* Observations of a pair, to add to the pair table. */
 typedef struct TsmPairUpdate
 {
 	TsmPairKey	key;
-	bool		execution;
+	int64		executions;
 	int64		blocks_a;
 	int64		blocks_b;
 	int64		blocks_read_a;
 	int64		blocks_read_b;
 	int64		ticks;
+	TimestampTz first_seen;
+	TimestampTz last_seen;
 } TsmPairUpdate;
 
 static void
-apply_update(TsmPairEntry *entry, const TsmPairUpdate *u, TimestampTz now)
+apply_update(TsmPairEntry *entry, const TsmPairUpdate *u)
 {
 	SpinLockAcquire(&entry->mutex);
-	if (u->execution)
-		entry->counters.executions++;
+	entry->counters.executions += u->executions;
 	entry->counters.blocks_a += u->blocks_a;
 	entry->counters.blocks_b += u->blocks_b;
 	entry->counters.blocks_read_a += u->blocks_read_a;
 	entry->counters.blocks_read_b += u->blocks_read_b;
 	entry->counters.concurrent_ticks += u->ticks;
-	entry->counters.usage += 1.0;
-	entry->counters.last_seen = now;
+	entry->counters.usage += Max(1, u->executions + u->ticks);
+	entry->counters.first_seen = Min(entry->counters.first_seen, u->first_seen);
+	entry->counters.last_seen = Max(entry->counters.last_seen, u->last_seen);
 	SpinLockRelease(&entry->mutex);
 }
 
@@ -248,7 +288,6 @@ apply_update(TsmPairEntry *entry, const TsmPairUpdate *u, TimestampTz now)
 static void
 record_pairs(TsmPairUpdate *updates, int n)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	bool	   *missing = palloc(n * sizeof(bool));
 	bool		any_missing = false;
 
@@ -259,7 +298,7 @@ record_pairs(TsmPairUpdate *updates, int n)
 
 		missing[i] = (entry == NULL);
 		if (entry)
-			apply_update(entry, &updates[i], now);
+			apply_update(entry, &updates[i]);
 		else
 			any_missing = true;
 	}
@@ -287,10 +326,10 @@ record_pairs(TsmPairUpdate *updates, int n)
 				{
 					SpinLockInit(&entry->mutex);
 					memset(&entry->counters, 0, sizeof(TsmPairCounters));
-					entry->counters.first_seen = now;
+					entry->counters.first_seen = updates[i].first_seen;
 				}
 			}
-			apply_update(entry, &updates[i], now);
+			apply_update(entry, &updates[i]);
 		}
 		LWLockRelease(tsm_coaccess->lock);
 	}
@@ -443,21 +482,21 @@ untrack_all(void)
 
 /* ---- the reading slot -------------------------------------------------- */
 
-static TsmReadingSlot *
-my_reading_slot(void)
+static TsmBackendSlot *
+my_backend_slot(void)
 {
 	int			slot = tsm_backend_slot();
 
-	if (tsm_reading == NULL || slot < 0 || slot >= tsm_backend_slots())
+	if (tsm_backends == NULL || slot < 0 || slot >= tsm_backend_slots())
 		return NULL;
-	return &tsm_reading[slot];
+	return &tsm_backends[slot];
 }
 
 /* Publish (or, with exec NULL, clear) the relations this session reads. */
 static void
 publish_reading(TsmExecution *exec, bool append)
 {
-	TsmReadingSlot *slot = my_reading_slot();
+	TsmBackendSlot *slot = my_backend_slot();
 
 	if (slot == NULL)
 		return;
@@ -526,7 +565,53 @@ exec_rel_cmp(const void *a, const void *b)
 	return (ra > rb) - (ra < rb);
 }
 
-/* Record every pair of relations the execution accessed blocks of. */
+static uint32
+pair_hash(const TsmPairKey *key)
+{
+	return hash_combine(murmurhash32(key->rel_a),
+						hash_combine(murmurhash32(key->rel_b), key->dbid));
+}
+
+/*
+ * Add one execution's pair to this backend's pending pairs; false if the
+ * pending table is full.  Caller holds the slot's spinlock.
+ */
+static bool
+add_pending(TsmBackendSlot *slot, const TsmPairUpdate *u)
+{
+	uint32		i = pair_hash(&u->key) & (TSM_BACKEND_PAIRS - 1);
+
+	for (;;)
+	{
+		TsmPendingPair *p = &slot->pending[i];
+
+		if (!OidIsValid(p->key.dbid))
+		{
+			if (slot->npending >= TSM_BACKEND_PAIRS_FILL)
+				return false;
+			slot->npending++;
+			memset(p, 0, sizeof(*p));
+			p->key = u->key;
+			p->first_seen = u->first_seen;
+		}
+		if (memcmp(&p->key, &u->key, sizeof(TsmPairKey)) == 0)
+		{
+			p->executions += u->executions;
+			p->blocks_a += u->blocks_a;
+			p->blocks_b += u->blocks_b;
+			p->blocks_read_a += u->blocks_read_a;
+			p->blocks_read_b += u->blocks_read_b;
+			p->last_seen = u->last_seen;
+			return true;
+		}
+		i = (i + 1) & (TSM_BACKEND_PAIRS - 1);
+	}
+}
+
+/*
+ * Record every pair of relations the execution accessed blocks of: in this
+ * backend's pending pairs, or in the pair table for those that do not fit.
+ */
 static void
 record_execution(TsmExecution *exec)
 {
@@ -534,12 +619,15 @@ record_execution(TsmExecution *exec)
 	int			nread = 0;
 	TsmPairUpdate *updates;
 	int			n = 0;
+	int			nspilled = 0;
 	bool		counts_execution = !IsParallelWorker();
+	TimestampTz when = GetCurrentStatementStartTimestamp();
+	TsmBackendSlot *slot = my_backend_slot();
 
 	for (int i = 0; i < exec->nrels; i++)
 		if (exec->rels[i].fetched > 0)
 			read[nread++] = exec->rels[i];
-	if (nread < 2)
+	if (nread < 2 || tsm_coaccess == NULL)
 		return;
 	qsort(read, nread, sizeof(TsmExecRel), exec_rel_cmp);
 	updates = palloc(sizeof(TsmPairUpdate) * nread * (nread - 1) / 2);
@@ -551,15 +639,96 @@ record_execution(TsmExecution *exec)
 			u->key.dbid = MyDatabaseId;
 			u->key.rel_a = read[i].relid;
 			u->key.rel_b = read[j].relid;
-			u->execution = counts_execution;
+			u->executions = counts_execution ? 1 : 0;
 			u->blocks_a = read[i].fetched;
 			u->blocks_b = read[j].fetched;
 			u->blocks_read_a = read[i].fetched - read[i].hit;
 			u->blocks_read_b = read[j].fetched - read[j].hit;
 			u->ticks = 0;
+			u->first_seen = u->last_seen = when;
 		}
-	record_pairs(updates, n);
+
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		for (int i = 0; i < n; i++)
+			if (!add_pending(slot, &updates[i]))
+				updates[nspilled++] = updates[i];
+		SpinLockRelease(&slot->mutex);
+	}
+	else
+		nspilled = n;
+	if (nspilled > 0)
+		record_pairs(updates, nspilled);
 	pfree(updates);
+}
+
+/*
+ * tsm_coaccess_merge_pending
+ *		Move every backend's pending pairs into the pair table.
+ *
+ * Takes each slot's spinlock just to copy and clear its pending pairs,
+ * then the coaccess lock (record_pairs).  Called by the sampler at each
+ * tick and by every reader of the pair table.
+ */
+void
+tsm_coaccess_merge_pending(void)
+{
+	int			nslots = tsm_backend_slots();
+	TsmPairUpdate *updates = NULL;
+	int			n = 0;
+
+	for (int s = 0; s < nslots; s++)
+	{
+		TsmBackendSlot *slot = &tsm_backends[s];
+
+		if (slot->npending == 0)	/* unlocked peek: next merge catches up */
+			continue;
+		if (updates == NULL)
+			updates = palloc(sizeof(TsmPairUpdate) * TSM_BACKEND_PAIRS);
+		SpinLockAcquire(&slot->mutex);
+		for (int i = 0; i < TSM_BACKEND_PAIRS; i++)
+		{
+			TsmPendingPair *p = &slot->pending[i];
+
+			if (!OidIsValid(p->key.dbid))
+				continue;
+			updates[n].key = p->key;
+			updates[n].executions = p->executions;
+			updates[n].blocks_a = p->blocks_a;
+			updates[n].blocks_b = p->blocks_b;
+			updates[n].blocks_read_a = p->blocks_read_a;
+			updates[n].blocks_read_b = p->blocks_read_b;
+			updates[n].ticks = 0;
+			updates[n].first_seen = p->first_seen;
+			updates[n].last_seen = p->last_seen;
+			n++;
+			p->key.dbid = InvalidOid;
+		}
+		slot->npending = 0;
+		SpinLockRelease(&slot->mutex);
+		if (n > 0)
+			record_pairs(updates, n);
+		n = 0;
+	}
+	if (updates != NULL)
+		pfree(updates);
+}
+
+/* Forget every backend's pending pairs (tsmove.coaccess_reset). */
+static void
+discard_pending(void)
+{
+	for (int s = 0; s < tsm_backend_slots(); s++)
+	{
+		TsmBackendSlot *slot = &tsm_backends[s];
+
+		SpinLockAcquire(&slot->mutex);
+		for (int i = 0; i < TSM_BACKEND_PAIRS; i++)
+			slot->pending[i].key.dbid = InvalidOid;
+		slot->npending = 0;
+		SpinLockRelease(&slot->mutex);
+	}
 }
 
 /* ---- hooks ------------------------------------------------------------- */
@@ -746,7 +915,7 @@ reader_db_cmp(const void *a, const void *b)
 
 /* Copy a reading slot; false if it is empty or kept changing. */
 static bool
-copy_reading_slot(volatile TsmReadingSlot *slot, TsmReader *out)
+copy_reading_slot(volatile TsmBackendSlot *slot, TsmReader *out)
 {
 	for (int attempt = 0; attempt < 8; attempt++)
 	{
@@ -769,7 +938,7 @@ copy_reading_slot(volatile TsmReadingSlot *slot, TsmReader *out)
 
 /* Concurrent ticks for the pairs of one database's readers. */
 static void
-tick_database(TsmReader *readers, int n)
+tick_database(TsmReader *readers, int n, TimestampTz now)
 {
 	Oid			relids[TSM_TICK_MAX_RELS];
 	int			first_session[TSM_TICK_MAX_RELS];
@@ -816,6 +985,7 @@ tick_database(TsmReader *readers, int n)
 			u->key.rel_a = Min(relids[i], relids[j]);
 			u->key.rel_b = Max(relids[i], relids[j]);
 			u->ticks = 1;
+			u->first_seen = u->last_seen = now;
 		}
 	if (nupdates > 0)
 		record_pairs(updates, nupdates);
@@ -838,8 +1008,9 @@ tsm_coaccess_sample_concurrency(TimestampTz now)
 	int			n = 0;
 	int			start = 0;
 
+	tsm_coaccess_merge_pending();
 	for (int i = 0; i < nslots; i++)
-		if (copy_reading_slot(&tsm_reading[i], &readers[n]))
+		if (copy_reading_slot(&tsm_backends[i], &readers[n]))
 			n++;
 	if (n < 2)
 	{
@@ -851,7 +1022,7 @@ tsm_coaccess_sample_concurrency(TimestampTz now)
 		if (i == n || readers[i].dbid != readers[start].dbid)
 		{
 			if (i - start >= 2)
-				tick_database(&readers[start], i - start);
+				tick_database(&readers[start], i - start, now);
 			start = i;
 		}
 	pfree(readers);
@@ -865,7 +1036,7 @@ tsm_coaccess_shmem_size(void)
 	Size		size = MAXALIGN(sizeof(TsmCoaccessShared));
 
 	size = add_size(size, hash_estimate_size(tsm_coaccess_max_pairs, sizeof(TsmPairEntry)));
-	size = add_size(size, mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)));
+	size = add_size(size, mul_size(tsm_backend_slots(), sizeof(TsmBackendSlot)));
 	return size;
 }
 
@@ -882,11 +1053,15 @@ tsm_coaccess_shmem_init(void)
 		tsm_coaccess->evictions = 0;
 		tsm_coaccess->reset_at = GetCurrentTimestamp();
 	}
-	tsm_reading = ShmemInitStruct("pg_tsmove reading slots",
-								  mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)),
-								  &found);
+	tsm_backends = ShmemInitStruct("pg_tsmove backend slots",
+								   mul_size(tsm_backend_slots(), sizeof(TsmBackendSlot)),
+								   &found);
 	if (!found)
-		memset(tsm_reading, 0, mul_size(tsm_backend_slots(), sizeof(TsmReadingSlot)));
+	{
+		memset(tsm_backends, 0, mul_size(tsm_backend_slots(), sizeof(TsmBackendSlot)));
+		for (int i = 0; i < tsm_backend_slots(); i++)
+			SpinLockInit(&tsm_backends[i].mutex);
+	}
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(TsmPairKey);
@@ -900,6 +1075,7 @@ tsm_coaccess_shmem_init(void)
 void
 tsm_coaccess_status(int64 *pairs, int64 *evictions, TimestampTz *reset_at)
 {
+	tsm_coaccess_merge_pending();
 	LWLockAcquire(tsm_coaccess->lock, LW_SHARED);
 	*pairs = hash_get_num_entries(tsm_pairs);
 	*evictions = tsm_coaccess->evictions;
@@ -989,6 +1165,7 @@ tsm_coaccess_pairs(PG_FUNCTION_ARGS)
 
 	tsm_monitor_require_preload();
 	InitMaterializedSRF(fcinfo, 0);
+	tsm_coaccess_merge_pending();
 
 	LWLockAcquire(tsm_coaccess->lock, LW_SHARED);
 	hash_seq_init(&seq, tsm_pairs);
@@ -1035,6 +1212,7 @@ tsm_coaccess_reset(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 
 	tsm_monitor_require_preload();
+	discard_pending();
 	LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
 	hash_seq_init(&seq, tsm_pairs);
 	while ((entry = hash_seq_search(&seq)) != NULL)

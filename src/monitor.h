@@ -17,10 +17,11 @@
  *	- the co-access pair table (coaccess lock): see coaccess.c's header;
  *	  counters of an existing pair are changed under the shared lock plus
  *	  the pair's spinlock, inserting and evicting take the lock exclusively.
- *	- the published reading sets: one TsmReadingSlot per backend, written
- *	  only by its own backend without a lock (a change counter, as
- *	  PgBackendStatus's st_changecount, lets the sampler copy a consistent
- *	  version).
+ *	- one TsmBackendSlot per backend: its pending pairs under the slot's
+ *	  spinlock (the backend adds, a merge empties), and what it is reading
+ *	  now, written only by the backend without a lock (a change counter,
+ *	  as PgBackendStatus's st_changecount, lets the sampler copy a
+ *	  consistent version).
  *	- the history ring (history lock): appended by the sampler, read by
  *	  tsmove.tablespace_io_history, saved and loaded by the postmaster.
  * No code path holds two of these locks at once.
@@ -197,6 +198,7 @@ extern Size tsm_coaccess_shmem_size(void);
 extern void tsm_coaccess_shmem_init(void);
 extern void tsm_coaccess_install_hooks(void);
 extern void tsm_coaccess_sample_concurrency(TimestampTz now);
+extern void tsm_coaccess_merge_pending(void);
 extern void tsm_coaccess_status(int64 *pairs, int64 *evictions,
 								TimestampTz *reset_at);
 extern bool tsm_coaccess_write(FILE *file);

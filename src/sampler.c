@@ -13,7 +13,9 @@
  *	  lets the relation map start a refresh worker if one is due
  *	  (relmap.c);
  *	- every pg_tsmove.coaccess_sample_interval, while
- *	  pg_tsmove.track_coaccess is on: a concurrency tick (coaccess.c).
+ *	  pg_tsmove.track_coaccess is on: a concurrency tick (coaccess.c),
+ *	  which first merges the backends' pending pairs into the pair table
+ *	  (the I/O sample merges them too).
  * Everything a pass allocates goes into a memory context reset after it.
  * On SIGTERM it closes the history's open rows, so that a clean shutdown
  * keeps the load up to its last sample, and exits.  It absorbs procsignal
@@ -114,6 +116,7 @@ tsm_sampler_main(Datum main_arg)
 
 			tsm_io_sample(now);
 			tsm_relmap_schedule(now);
+			tsm_coaccess_merge_pending();	/* also when no ticks are taken */
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(pass_context);
 			next_io = next_due(next_io, now, tsm_sample_interval_ms);
