@@ -803,17 +803,23 @@ tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 	TsmExecution *exec = find_tracked(queryDesc);
 	volatile bool publish_here = false;
 
-	if (exec != NULL)
+	if (exec == NULL)
 	{
-		running = exec;
-		if (!published)
-		{
-			publish_reading(exec, false);
-			published = publish_here = true;
-		}
-		else if (exec->nrels > 0)
-			publish_reading(exec, true);
+		/* not followed (tracking off): nothing to restore on error */
+		if (prev_ExecutorRun)
+			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+		else
+			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+		return;
 	}
+	running = exec;
+	if (!published)
+	{
+		publish_reading(exec, false);
+		published = publish_here = true;
+	}
+	else if (exec->nrels > 0)
+		publish_reading(exec, true);
 	PG_TRY();
 	{
 		if (prev_ExecutorRun)
@@ -839,8 +845,15 @@ tsm_ExecutorFinish(QueryDesc *queryDesc)
 	TsmExecution *saved = running;
 	TsmExecution *exec = find_tracked(queryDesc);
 
-	if (exec != NULL)
-		running = exec;
+	if (exec == NULL)
+	{
+		if (prev_ExecutorFinish)
+			prev_ExecutorFinish(queryDesc);
+		else
+			standard_ExecutorFinish(queryDesc);
+		return;
+	}
+	running = exec;
 	PG_TRY();
 	{
 		if (prev_ExecutorFinish)
