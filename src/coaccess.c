@@ -176,7 +176,7 @@ typedef struct TsmExecRel
 {
 	Oid			relid;
 	bool		own;			/* scanned by this execution's own plan */
-	bool		measured;		/* its end counters have been read */
+	Relation	rel;			/* own: open until after our ExecutorEnd */
 	int64		fetched_start;	/* own: pgstat counters at ExecutorStart */
 	int64		hit_start;
 	int64		fetched;		/* blocks accessed during the execution */
@@ -187,7 +187,6 @@ typedef struct TsmExecution
 {
 	QueryDesc  *query;			/* NULL: the pool entry is free */
 	int			xact_level;		/* subtransaction that started it */
-	bool		walking_end;
 	int			nrels;
 	TsmExecRel	rels[TSM_EXEC_MAX_RELS];
 } TsmExecution;
@@ -196,11 +195,13 @@ typedef struct TsmExecution
  * Executions between ExecutorStart and ExecutorEnd, in a pool of this
  * backend's static memory rather than in the queries' memory: an entry
  * left behind by an execution that never reached ExecutorEnd can hold
- * stale numbers, never a pointer to freed memory.  Entries are freed at
- * ExecutorEnd, at (sub)transaction abort and at transaction end.
+ * stale numbers, never a pointer to freed memory (its Relation pointers
+ * are only used by its own ExecutorEnd, which never comes).  Entries are
+ * freed at ExecutorEnd, at (sub)transaction abort and at transaction end.
  */
 static TsmExecution tracked[TSM_MAX_TRACKED];
-static int	ntracked = 0;		/* entries in use */
+static int	in_use[TSM_MAX_TRACKED];	/* indexes of the entries in use */
+static int	ntracked = 0;
 /* The execution whose ExecutorRun/Finish is on the stack now. */
 static TsmExecution *running = NULL;
 static bool published = false;
@@ -347,7 +348,7 @@ find_rel(TsmExecution *exec, Oid relid)
 	return NULL;
 }
 
-/* At ExecutorStart: note rel and its counters; at ExecutorEnd: measure it. */
+/* At ExecutorStart: note rel and its block counters. */
 static void
 visit_relation(TsmExecution *exec, Relation rel)
 {
@@ -358,32 +359,42 @@ visit_relation(TsmExecution *exec, Relation rel)
 		return;
 	relid = RelationGetRelid(rel);
 	if (relid < FirstNormalObjectId ||
-		rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
-		return;
-	r = find_rel(exec, relid);
-
-	if (exec->walking_end)
-	{
-		if (r == NULL || !r->own || r->measured || rel->pgstat_info == NULL)
-			return;
-		r->measured = true;
-		r->fetched = Max(0, rel->pgstat_info->t_counts.t_blocks_fetched - r->fetched_start);
-		r->hit = Max(0, rel->pgstat_info->t_counts.t_blocks_hit - r->hit_start);
-		r->hit = Min(r->hit, r->fetched);
-		return;
-	}
-
-	if (r != NULL || exec->nrels == TSM_EXEC_MAX_RELS)
+		rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP ||
+		exec->nrels == TSM_EXEC_MAX_RELS || find_rel(exec, relid) != NULL)
 		return;
 	/* associates the relation with its pending statistics, as a read would */
 	if (!pgstat_should_count_relation(rel))
 		return;
 	r = &exec->rels[exec->nrels++];
-	memset(r, 0, sizeof(*r));
 	r->relid = relid;
 	r->own = true;
+	r->rel = rel;
 	r->fetched_start = rel->pgstat_info->t_counts.t_blocks_fetched;
 	r->hit_start = rel->pgstat_info->t_counts.t_blocks_hit;
+	r->fetched = 0;
+	r->hit = 0;
+}
+
+/*
+ * At ExecutorEnd, before the executor closes them: the blocks each of the
+ * plan's own relations had accessed since ExecutorStart.
+ */
+static void
+measure_relations(TsmExecution *exec)
+{
+	for (int i = 0; i < exec->nrels; i++)
+	{
+		TsmExecRel *r = &exec->rels[i];
+		PgStat_TableStatus *stats;
+
+		if (!r->own)
+			continue;
+		stats = r->rel->pgstat_info;
+		if (stats == NULL)
+			continue;
+		r->fetched = Max(0, stats->t_counts.t_blocks_fetched - r->fetched_start);
+		r->hit = Min(r->fetched, Max(0, stats->t_counts.t_blocks_hit - r->hit_start));
+	}
 }
 
 /* planstate_tree_walker callback: the relations a plan node reads. */
@@ -434,15 +445,25 @@ relation_walker(PlanState *ps, void *context)
 static TsmExecution *
 find_tracked(QueryDesc *query)
 {
-	if (ntracked == 0)
-		return NULL;
-	for (int i = 0; i < TSM_MAX_TRACKED; i++)
-		if (tracked[i].query == query)
-			return &tracked[i];
+	for (int i = ntracked - 1; i >= 0; i--)
+		if (tracked[in_use[i]].query == query)
+			return &tracked[in_use[i]];
 	return NULL;
 }
 
-static void untrack(TsmExecution *exec);
+static void
+untrack(TsmExecution *exec)
+{
+	int			index = exec - tracked;
+
+	exec->query = NULL;
+	for (int i = 0; i < ntracked; i++)
+		if (in_use[i] == index)
+		{
+			in_use[i] = in_use[--ntracked];
+			return;
+		}
+}
 
 static TsmExecution *
 new_tracked(QueryDesc *query)
@@ -456,28 +477,17 @@ new_tracked(QueryDesc *query)
 		if (tracked[i].query == NULL)
 		{
 			tracked[i].query = query;
-			ntracked++;
+			in_use[ntracked++] = i;
 			return &tracked[i];
 		}
 	return NULL;				/* nested too deep: not followed */
 }
 
 static void
-untrack(TsmExecution *exec)
-{
-	if (exec->query != NULL)
-	{
-		exec->query = NULL;
-		ntracked--;
-	}
-}
-
-static void
 untrack_all(void)
 {
-	for (int i = 0; i < TSM_MAX_TRACKED; i++)
-		tracked[i].query = NULL;
-	ntracked = 0;
+	while (ntracked > 0)
+		untrack(&tracked[in_use[ntracked - 1]]);
 }
 
 /* ---- the reading slot -------------------------------------------------- */
@@ -550,6 +560,7 @@ merge_into(TsmExecution *outer, TsmExecution *inner)
 			dst = &outer->rels[outer->nrels++];
 			memset(dst, 0, sizeof(*dst));
 			dst->relid = src->relid;
+			dst->own = false;	/* read by an inner execution only */
 		}
 		dst->fetched += src->fetched;
 		dst->hit += src->hit;
@@ -617,6 +628,7 @@ record_execution(TsmExecution *exec)
 {
 	TsmExecRel	read[TSM_EXEC_MAX_RELS];
 	int			nread = 0;
+	TsmPairUpdate few[6];		/* up to 4 relations without palloc */
 	TsmPairUpdate *updates;
 	int			n = 0;
 	int			nspilled = 0;
@@ -629,8 +641,17 @@ record_execution(TsmExecution *exec)
 			read[nread++] = exec->rels[i];
 	if (nread < 2 || tsm_coaccess == NULL)
 		return;
-	qsort(read, nread, sizeof(TsmExecRel), exec_rel_cmp);
-	updates = palloc(sizeof(TsmPairUpdate) * nread * (nread - 1) / 2);
+	if (nread > 2)
+		qsort(read, nread, sizeof(TsmExecRel), exec_rel_cmp);
+	else if (read[0].relid > read[1].relid)
+	{
+		TsmExecRel	swap = read[0];
+
+		read[0] = read[1];
+		read[1] = swap;
+	}
+	updates = nread <= 4 ? few :
+		palloc(sizeof(TsmPairUpdate) * nread * (nread - 1) / 2);
 	for (int i = 0; i < nread; i++)
 		for (int j = i + 1; j < nread; j++)
 		{
@@ -660,7 +681,8 @@ record_execution(TsmExecution *exec)
 		nspilled = n;
 	if (nspilled > 0)
 		record_pairs(updates, nspilled);
-	pfree(updates);
+	if (updates != few)
+		pfree(updates);
 }
 
 /*
@@ -762,9 +784,9 @@ tsm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		return;
 	/* executions started in the aborted subtransaction never reach their end */
 	level = GetCurrentTransactionNestLevel();
-	for (int i = 0; i < TSM_MAX_TRACKED; i++)
-		if (tracked[i].query != NULL && tracked[i].xact_level >= level)
-			untrack(&tracked[i]);
+	for (int i = ntracked - 1; i >= 0; i--)
+		if (tracked[in_use[i]].xact_level >= level)
+			untrack(&tracked[in_use[i]]);
 }
 
 static void
@@ -790,7 +812,6 @@ tsm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	if (exec == NULL)
 		return;
 	exec->xact_level = GetCurrentTransactionNestLevel();
-	exec->walking_end = false;
 	exec->nrels = 0;
 	(void) relation_walker(queryDesc->planstate, exec);
 }
@@ -875,8 +896,7 @@ tsm_ExecutorEnd(QueryDesc *queryDesc)
 
 	if (exec != NULL)
 	{
-		exec->walking_end = true;
-		(void) relation_walker(queryDesc->planstate, exec);
+		measure_relations(exec);
 		if (running != NULL && running != exec)
 			merge_into(running, exec);
 		else

@@ -29,23 +29,24 @@ round (paired ratios), and the report gives their median, and the floor's
 own spread from round to round as the noise.
 
 On a shared machine the TPS of a 2-core box swings by tens of percent
-from one run to the next, far more than the cost to be measured.  So each
-round also measures, in the same server start, the CPU time one backend
-spends per statement: a PL/pgSQL loop of --statements primary-key lookups
-of pgbench_accounts (each one a full executor run, through every hook:
-the same plan shape as pgbench -S), timed from the backend's own
-/proc/<pid>/schedstat (CPU time in ns).  Other jobs can only add to a
-process's CPU time, so the minimum over the rounds is the clean figure:
-the hooks' cost is min(on) - min(floor) in microseconds per statement, and
-the drop it implies is that cost over the server CPU a pgbench -S
-transaction takes (min of the floor runs).
+from one run to the next, far more than the cost to be measured.  So the
+script also counts the instructions PostgreSQL executes per statement,
+with valgrind's callgrind, which other jobs cannot disturb: after the
+pgbench rounds it stops the server and runs the same statement as pgbench
+-S, `SELECT abalance FROM pgbench_accounts WHERE aid = <n>`, 2000 and then
+6000 times through `postgres --single` (each line through
+exec_simple_query, as pgbench's simple protocol), in each configuration;
+the difference of the two totals over 4000 is the cost of one statement,
+start-up excluded.  The same again with a prepared statement (PREPARE
+once, then EXECUTE: no parsing or planning, so the hooks weigh more; the
+worst case).  Skipped, with a note, where valgrind is missing.
 
-Targets: on: TPS >= 0.97 x floor (a drop of at most 3 %), and the implied
-drop from the CPU measurement <= 3 %; off: TPS within 1 % of the floor and
-an implied drop within 0.5 % (no cost beyond the measurement's resolution).
-After the 'on' runs the script checks that co-access was recorded
-(pgbench_accounts with its primary key, one execution per transaction), so
-the hooks measured were really working.
+Targets: on: TPS >= 0.97 x floor and at most 3 % more instructions per
+statement; off: TPS within 1 % of the floor and at most 0.5 % more
+instructions (no cost beyond the hooks' calls).  After the 'on' runs the
+script checks that co-access was recorded (pgbench_accounts with its
+primary key, one execution per transaction), so the hooks measured were
+really working.
 
 Writes a markdown table to --out (and the data as JSON next to it).
 """
@@ -54,6 +55,8 @@ import argparse
 import datetime
 import json
 import os
+import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,7 +66,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from pgcluster import Cluster, make_server_dir, processes_under  # noqa: E402
+from pgcluster import (PG_BIN, Cluster, make_server_dir, processes_under,  # noqa: E402
+                       server_command)
 
 CONFIGS = {
     "floor": ["shared_preload_libraries = ''"],
@@ -125,42 +129,63 @@ def run_once(cluster, args, seconds):
     }
 
 
-def backend_cpu_ns(pid):
-    """CPU time of one process in ns (/proc/<pid>/schedstat; stat's ticks
-    where schedstat is missing)."""
-    try:
-        with open("/proc/%d/schedstat" % pid) as f:
-            return int(f.read().split()[0])
-    except OSError:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * 1e9 / CLOCK_TICKS
+CALLGRIND_SIZES = (2000, 6000)
 
 
-STATEMENT_LOOP = """
-DO $$
-DECLARE
-  balance int;
-BEGIN
-  FOR i IN 1 .. %d LOOP
-    SELECT abalance INTO balance FROM pgbench_accounts WHERE aid = (i * 7919) %% %d + 1;
-  END LOOP;
-END
-$$"""
+def statement_file(directory, mode, n):
+    """n pgbench -S statements (fixed random keys) for postgres --single."""
+    path = os.path.join(directory, "statements_%s_%d.sql" % (mode, n))
+    rnd = random.Random(1)
+    with open(path, "w") as f:
+        if mode == "prepared":
+            f.write("PREPARE q(int) AS SELECT abalance FROM pgbench_accounts WHERE aid = $1;\n")
+        for _ in range(n):
+            aid = rnd.randint(1, 100000)
+            if mode == "prepared":
+                f.write("EXECUTE q(%d);\n" % aid)
+            else:
+                f.write("SELECT abalance FROM pgbench_accounts WHERE aid = %d;\n" % aid)
+    os.chmod(path, 0o644)
+    return path
 
 
-def statement_cpu_us(cluster, statements, rows):
-    """Least CPU microseconds per statement of one backend over 3 loops."""
-    best = None
-    with cluster.conn() as conn:
-        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        conn.execute(STATEMENT_LOOP % (1000, rows))         # plans cached
-        for _ in range(3):
-            before = backend_cpu_ns(pid)
-            conn.execute(STATEMENT_LOOP % (statements, rows))
-            us = (backend_cpu_ns(pid) - before) / 1000.0 / statements
-            best = us if best is None else min(best, us)
-    return best
+def callgrind_instructions(cluster, name, statements, out_dir):
+    """Instructions postgres --single executes for a statement file."""
+    options = {"floor": ["-c", "shared_preload_libraries="],
+               "on": ["-c", "shared_preload_libraries=pg_tsmove",
+                      "-c", "pg_tsmove.track_coaccess=on"],
+               "off": ["-c", "shared_preload_libraries=pg_tsmove",
+                       "-c", "pg_tsmove.track_coaccess=off"]}[name]
+    out = os.path.join(out_dir, "callgrind.%s.%s" % (name, os.path.basename(statements)))
+    argv = server_command(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                           os.path.join(PG_BIN, "postgres"), "--single", "-D", cluster.data_dir]
+                          + options + ["postgres"])
+    with open(statements) as f:
+        proc = subprocess.run(argv, stdin=f, capture_output=True, text=True, cwd="/")
+    if proc.returncode != 0:
+        raise RuntimeError("postgres --single under callgrind failed: %s" % proc.stderr[-2000:])
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    raise RuntimeError("no summary in %s" % out)
+
+
+def instructions_per_statement(cluster, base):
+    """{mode: {config: instructions per statement}} or None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    out_dir = make_server_dir(os.path.join(base, "callgrind"), 0o755)
+    result = {}
+    for mode in ("simple", "prepared"):
+        files = [statement_file(out_dir, mode, n) for n in CALLGRIND_SIZES]
+        result[mode] = {}
+        for name in CONFIGS:
+            small, large = (callgrind_instructions(cluster, name, f, out_dir) for f in files)
+            result[mode][name] = (large - small) / (CALLGRIND_SIZES[1] - CALLGRIND_SIZES[0])
+            print("callgrind %-8s %-5s %9.0f instructions/statement"
+                  % (mode, name, result[mode][name]), flush=True)
+    return result
 
 
 def configure(cluster, name):
@@ -192,8 +217,6 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--protocol", default="simple", choices=["simple", "extended", "prepared"])
-    ap.add_argument("--statements", type=int, default=200000,
-                    help="primary-key lookups per CPU measurement loop")
     ap.add_argument("--out", default=os.path.join(HERE, "bench_results", "monitor_latest.md"))
     args = ap.parse_args()
 
@@ -207,6 +230,7 @@ def main():
     cluster.start()
     runs = {name: [] for name in CONFIGS}
     checks = []
+    instructions = None
     try:
         cluster.sql("CREATE EXTENSION pg_tsmove")
         cluster.pgbench_init(args.scale)
@@ -226,13 +250,12 @@ def main():
                     executions = coaccess_check(cluster)[0] - before
                     checks.append((run["transactions"], executions))
                 run["round"] = r
-                run["statement_cpu_us"] = statement_cpu_us(cluster, args.statements,
-                                                           args.scale * 100000)
                 runs[name].append(run)
-                print("round %d %-5s %8.0f tps  %6.1f us CPU/tx  %6.3f us CPU/statement  "
-                      "machine %3.0f%% busy  load %.1f"
-                      % (r, name, run["tps"], run["cpu_us_per_tx"], run["statement_cpu_us"],
+                print("round %d %-5s %8.0f tps  %6.1f us CPU/tx  machine %3.0f%% busy  load %.1f"
+                      % (r, name, run["tps"], run["cpu_us_per_tx"],
                          run["machine_busy_pct"], run["load_before"]), flush=True)
+        cluster.stop()
+        instructions = instructions_per_statement(cluster, base)
     finally:
         cluster.destroy()
 
@@ -252,17 +275,8 @@ def main():
             "cpu_ratio_median": statistics.median(paired(name, "cpu_us_per_tx")),
             "failed": sum(x["failed"] for x in runs[name]),
         }
-    floor_stmt = min(x["statement_cpu_us"] for x in runs["floor"])
-    floor_tx_cpu = min(x["cpu_us_per_tx"] for x in runs["floor"])
-    for name in CONFIGS:
-        best = min(x["statement_cpu_us"] for x in runs[name])
-        summary[name]["statement_cpu_us_min"] = best
-        summary[name]["added_us"] = best - floor_stmt
-        summary[name]["implied_drop_pct"] = 100.0 * (best - floor_stmt) / floor_tx_cpu
     on_ok = summary["on"]["tps_ratio_median"] >= 0.97
     off_ok = abs(1 - summary["off"]["tps_ratio_median"]) <= 0.01
-    on_cpu_ok = summary["on"]["implied_drop_pct"] <= 3.0
-    off_cpu_ok = summary["off"]["implied_drop_pct"] <= 0.5
     hooks_ok = all(e >= 0.99 * t for t, e in checks)
 
     elapsed = time.monotonic() - t0
@@ -300,29 +314,37 @@ def main():
         "",
         "Floor TPS varied by %.0f %% from round to round (max-min over median): the noise "
         "against which the ratios are read." % (noise * 100),
-        "",
-        "CPU of one backend per statement (PL/pgSQL loop of %d primary-key lookups of "
-        "pgbench_accounts, least of 3 loops per round, least of the rounds), and the drop it "
-        "implies for pgbench -S, whose transactions took %.1f us of server CPU (least of the "
-        "floor runs):" % (args.statements, floor_tx_cpu),
-        "",
-        "| configuration | us CPU / statement | added us | implied TPS drop | target | |",
-        "|---|---|---|---|---|---|",
     ]
-    cpu_targets = {"floor": ("-", ""), "on": ("<= 3 %", "PASS" if on_cpu_ok else "MISS"),
-                   "off": ("<= 0.5 %", "PASS" if off_cpu_ok else "MISS")}
-    for name in CONFIGS:
-        s = summary[name]
-        lines.append("| %s | %.3f | %+.3f | %.2f %% | %s | %s |"
-                     % (labels[name], s["statement_cpu_us_min"], s["added_us"],
-                        s["implied_drop_pct"], cpu_targets[name][0], cpu_targets[name][1]))
+    if instructions is None:
+        lines += ["", "Instructions per statement: not measured (valgrind is not installed)."]
+    else:
+        lines += [
+            "",
+            "Instructions per statement (valgrind --tool=callgrind, postgres --single, the "
+            "difference between %d and %d statements over %d: deterministic, whatever else "
+            "the machine runs):" % (CALLGRIND_SIZES[0], CALLGRIND_SIZES[1],
+                                    CALLGRIND_SIZES[1] - CALLGRIND_SIZES[0]),
+            "",
+            "| statement | floor | monitoring on | added | track_coaccess = off | added | targets | |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for mode, label in (("simple", "pgbench -S: SELECT ... WHERE aid = n (simple protocol)"),
+                            ("prepared", "EXECUTE of it prepared (worst case)")):
+            ins = instructions[mode]
+            on_pct = 100.0 * (ins["on"] - ins["floor"]) / ins["floor"]
+            off_pct = 100.0 * (ins["off"] - ins["floor"]) / ins["floor"]
+            verdict = "PASS" if on_pct <= 3.0 and off_pct <= 0.5 else "MISS"
+            lines.append("| %s | %.0f | %.0f | %+.0f (%+.2f %%) | %.0f | %+.0f (%+.2f %%) "
+                         "| on <= 3 %%, off <= 0.5 %% | %s |"
+                         % (label, ins["floor"], ins["on"], ins["on"] - ins["floor"], on_pct,
+                            ins["off"], ins["off"] - ins["floor"], off_pct, verdict))
     lines += [
         "",
         "Co-access recorded during the 'on' runs: %s executions of (pgbench_accounts, "
         "pgbench_accounts_pkey) for %s transactions (%s)."
         % ("/".join(str(e) for _, e in checks), "/".join(str(t) for t, _ in checks),
            "the hooks were working" if hooks_ok else "MISSING: the hooks did not record"),
-        "Failed transactions: %d." % sum(s["failed"] for s in summary.values()),
+        "Failed transactions: %d." % sum(summary[name]["failed"] for name in CONFIGS),
     ]
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -330,7 +352,8 @@ def main():
         f.write(text)
     with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
         json.dump({"args": vars(args), "runs": runs, "summary": summary,
-                   "coaccess_checks": checks, "started": started.isoformat()}, f, indent=1)
+                   "instructions": instructions, "coaccess_checks": checks,
+                   "started": started.isoformat()}, f, indent=1)
     print()
     print(text)
     return 0 if hooks_ok else 1
