@@ -12,6 +12,10 @@
  * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
  * with a reload.  The lock rules are in pg_tsmove.h.
  *
+ * Monitoring (monitor.c and the files it names) hooks in through three
+ * calls: tsm_monitor_init() from _PG_init, and tsm_monitor_shmem_request()
+ * and tsm_monitor_shmem_startup() from the shared-memory hooks below.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

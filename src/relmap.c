@@ -21,7 +21,8 @@
  *	- every pg_tsmove.relation_map_refresh for a database that had any
  *	  block accesses since its last refresh (so a relation moved by any
  *	  means is attributed to its new tablespace within that time);
- *	- never for an idle database.
+ *	- never for an idle database; one idle for ten refresh intervals (or
+ *	  dropped) is forgotten, its part of the map with it.
  * One refresh worker runs at a time; it takes a background worker slot for
  * a few milliseconds.  Databases are found from the statistics, so none is
  * listed from the catalog.
@@ -214,6 +215,21 @@ tsm_relmap_request(Oid dbid, bool unmapped)
 		db->unmapped = true;
 }
 
+/* Remove a database's relations from the map (relmap lock exclusive). */
+static void
+purge_database(Oid dbid)
+{
+	HASH_SEQ_STATUS seq;
+	TsmRelMapEntry *entry;
+
+	LWLockAcquire(tsm_relmap->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, tsm_relmap_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		if (entry->key.dbid == dbid)
+			hash_search(tsm_relmap_hash, &entry->key, HASH_REMOVE, NULL);
+	LWLockRelease(tsm_relmap->lock);
+}
+
 /* Start the refresh worker for one database; false if no slot is free. */
 static bool
 start_refresh(Oid dbid)
@@ -274,6 +290,16 @@ tsm_relmap_schedule(TimestampTz now)
 
 		if (!db->unmapped)
 			db->retries = 0;	/* the last sample knew every relation */
+		if (!db->active && !db->unmapped && since >= 10 * periodic_us)
+		{
+			/*
+			 * Idle (or dropped) for long: forget it and its part of the map,
+			 * which activity would bring back within a refresh.
+			 */
+			purge_database(db->dbid);
+			hash_search(db_refresh, &db->dbid, HASH_REMOVE, NULL);
+			continue;
+		}
 		due = (db->unmapped && since >= Min(retry_us, periodic_us)) ||
 			(db->active && since >= periodic_us);
 		if (due && (best == NULL || db->last_refresh < best->last_refresh))

@@ -310,6 +310,20 @@ def test_tablespace_io_attributes_reads_and_resolves_devices(primary):
     assert grown("ts_b", *data, *index) == 0
     assert grown("pg_default", *data) >= 3 * blocks_default
 
+    # another database's reads count for the same tablespaces (the sampler
+    # reads every database's statistics; a worker maps that database)
+    primary.sql("CREATE DATABASE other")
+    primary.sql("CREATE TABLE elsewhere TABLESPACE ts_b AS "
+                "SELECT g AS id, repeat('x', 200) AS pad FROM generate_series(1, 15000) g",
+                dbname="other")
+    blocks_other = primary.sql_scalar("SELECT pg_relation_size('elsewhere') / 8192",
+                                      dbname="other")
+    with primary.conn("other") as conn:
+        for _ in range(4):
+            conn.execute("SELECT sum(length(pad)) FROM elsewhere").fetchall()
+    wait_for(lambda: grown("ts_b", *data) >= 4 * blocks_other, 30,
+             what="the other database's reads to reach ts_b")
+
     rows = io_rows(primary)
     # the data directory's device, as findmnt and lsblk see it
     expected = expected_device(primary.data_dir)
