@@ -7,10 +7,10 @@
  *
  * _PG_init (pg_tsmove.c) calls tsm_monitor_init(), which defines the
  * run-time GUCs always and, when the library is being preloaded, the
- * shared-memory sizes, installs the executor hooks (coaccess.c) and
- * registers the sampler (sampler.c).  pg_tsmove.c's shmem_request and
- * shmem_startup hooks call tsm_monitor_shmem_request() and
- * tsm_monitor_shmem_startup().
+ * shared-memory sizes, and installs the executor hooks (coaccess.c); at
+ * its end, tsm_monitor_register_workers() registers the sampler
+ * (sampler.c).  pg_tsmove.c's shmem_request and shmem_startup hooks call
+ * tsm_monitor_shmem_request() and tsm_monitor_shmem_startup().
  *
  * The file is pg_stat/pg_tsmove_monitor.stat.  As pg_stat_statements does,
  * the postmaster writes it when it exits cleanly (an on_shmem_exit
@@ -146,6 +146,17 @@ tsm_monitor_init(void)
 							NULL, NULL, NULL);
 
 	tsm_coaccess_install_hooks();
+}
+
+/*
+ * tsm_monitor_register_workers
+ *		Register the sampler.  Called at the end of _PG_init, after the
+ *		launcher, so that where max_worker_processes is tight the launcher,
+ *		which cleans up after crashes, gets its slot first.
+ */
+void
+tsm_monitor_register_workers(void)
+{
 	tsm_register_sampler();
 }
 

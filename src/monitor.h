@@ -165,6 +165,7 @@ extern bool tsm_save_monitoring;
 
 /* monitor.c */
 extern void tsm_monitor_init(void);
+extern void tsm_monitor_register_workers(void);
 extern void tsm_monitor_shmem_request(void);
 extern void tsm_monitor_shmem_startup(void);
 extern void tsm_monitor_require_preload(void);

@@ -12,9 +12,10 @@
  * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
  * with a reload.  The lock rules are in pg_tsmove.h.
  *
- * Monitoring (monitor.c and the files it names) hooks in through three
- * calls: tsm_monitor_init() from _PG_init, and tsm_monitor_shmem_request()
- * and tsm_monitor_shmem_startup() from the shared-memory hooks below.
+ * Monitoring (monitor.c and the files it names) hooks in through four
+ * calls: tsm_monitor_init() and tsm_monitor_register_workers() from
+ * _PG_init, tsm_monitor_shmem_request() and tsm_monitor_shmem_startup()
+ * from the shared-memory hooks below.
  *
  *-------------------------------------------------------------------------
  */
@@ -199,4 +200,5 @@ _PG_init(void)
 	shmem_startup_hook = tsm_shmem_startup;
 
 	tsm_register_launcher();
+	tsm_monitor_register_workers();	/* the sampler, after the launcher */
 }
