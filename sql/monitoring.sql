@@ -78,6 +78,49 @@ WHERE rel_a IN ('mon_a'::pg_catalog.regclass, 'mon_b'::pg_catalog.regclass)
 -- statements that read one relation make no pair
 SELECT pg_catalog.count(*) FROM mon_a;
 SELECT pg_catalog.count(*) AS pairs_with_one_relation FROM tsmove.coaccess WHERE rel_a = rel_b;
+-- a function reading mon_b for each row of mon_a: one execution reads both
+CREATE FUNCTION mon_lookup(k int) RETURNS text LANGUAGE plpgsql STABLE
+AS $$ BEGIN RETURN (SELECT v FROM mon_b WHERE id = k); END $$;
+SELECT tsmove.coaccess_reset() IS NOT NULL AS reset;
+SELECT pg_catalog.count(mon_lookup(id)) FROM mon_a;
+SELECT rel_a, rel_b, executions FROM tsmove.coaccess
+WHERE rel_a IN ('mon_a'::pg_catalog.regclass, 'mon_b'::pg_catalog.regclass)
+  AND rel_b IN ('mon_a'::pg_catalog.regclass, 'mon_b'::pg_catalog.regclass);
+-- errors caught inside, cursors, procedures that commit: counting goes on
+DO $$
+BEGIN
+  FOR i IN 1 .. 3 LOOP
+    BEGIN
+      PERFORM pg_catalog.count(*) FROM mon_a JOIN mon_b ON mon_b.a_id = mon_a.id;
+      PERFORM 1 / (mon_a.id - mon_a.id) FROM mon_a JOIN mon_b ON mon_b.a_id = mon_a.id;
+    EXCEPTION WHEN division_by_zero THEN NULL;
+    END;
+  END LOOP;
+END
+$$;
+BEGIN;
+DECLARE mon_cursor CURSOR FOR SELECT mon_a.v, mon_b.v FROM mon_a JOIN mon_b ON mon_b.a_id = mon_a.id;
+FETCH 2 FROM mon_cursor \g /dev/null
+FETCH 2 FROM mon_cursor \g /dev/null
+CLOSE mon_cursor;
+COMMIT;
+CREATE PROCEDURE mon_commit_each() LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. 3 LOOP
+    PERFORM pg_catalog.count(*) FROM mon_a JOIN mon_b ON mon_b.a_id = mon_a.id;
+    COMMIT;
+  END LOOP;
+END
+$$;
+CALL mon_commit_each();
+SELECT pg_catalog.count(*) FROM mon_a JOIN mon_b ON mon_b.a_id = mon_a.id;
+-- 1 (function) + 3 (a statement that fails is not counted) + 1 (cursor)
+-- + 3 (procedure) + 1 = 9
+SELECT rel_a, rel_b, executions FROM tsmove.coaccess
+WHERE rel_a IN ('mon_a'::pg_catalog.regclass, 'mon_b'::pg_catalog.regclass)
+  AND rel_b IN ('mon_a'::pg_catalog.regclass, 'mon_b'::pg_catalog.regclass);
+DROP PROCEDURE mon_commit_each();
+DROP FUNCTION mon_lookup(int);
 SELECT tsmove.coaccess_reset() IS NOT NULL AS reset;
 SELECT pg_catalog.count(*) AS pairs_after_reset FROM tsmove.coaccess;
 SELECT tsmove.tablespace_io_reset() AS io_reset \gset
@@ -117,6 +160,9 @@ SELECT * FROM tsmove.report(pg_catalog.now());
 SELECT tsmove.coaccess_reset();
 SELECT tsmove.tablespace_io_reset();
 SELECT * FROM tsmove.coaccess_pairs();
+SELECT * FROM tsmove.tablespace_io_stats();
+SELECT * FROM tsmove.tablespace_io_history_rows();
+SELECT * FROM tsmove.monitor_info();
 RESET ROLE;
 
 -- pg_monitor reads everything, resets nothing, and an operator of its own,
