@@ -239,12 +239,26 @@ def test_coaccess_join_outweighs_lone_reads_and_concurrent_reads_tick(primary):
     assert pair(found, "a", "d") is None and pair(found, "a", "e") is None
     assert pair(found, "a", "b")["concurrent_ticks"] == 0
 
+    # a parallel join is one execution; its workers are its own session
+    with primary.conn() as conn:
+        conn.execute("SET parallel_setup_cost = 0")
+        conn.execute("SET parallel_tuple_cost = 0")
+        conn.execute("SET min_parallel_table_scan_size = 0")
+        conn.execute("SET max_parallel_workers_per_gather = 2")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF) SELECT count(*) FROM a JOIN b USING (id)"))
+        assert "Workers Launched: 2" in plan, plan
+        for _ in range(2):
+            conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+    ab = pair(pairs(primary), "a", "b")
+    assert ab["executions"] == 13 and ab["concurrent_ticks"] == 0, ab
+
     # pg_tsmove.track_coaccess = off: nothing more is recorded
     with primary.conn() as conn:
         conn.execute("SET pg_tsmove.track_coaccess = off")
         for _ in range(3):
             conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
-    assert pair(pairs(primary), "a", "b")["executions"] == 10
+    assert pair(pairs(primary), "a", "b")["executions"] == 13
 
 
 @pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.coaccess_max_pairs = 100")
