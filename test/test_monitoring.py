@@ -480,6 +480,52 @@ def test_advise_separates_the_joined_pair_onto_the_idle_device(loop_filesystems,
                 if r[0] == "co-access"]
 
 
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_advise_relieves_a_busy_device(loop_filesystems, primary):
+    """A relation read a lot on a device kept busy (dd), another device
+    idle: 'busy device' advice to move it there, never the other way."""
+    (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
+    tablespace_on(primary, "busy", busy_mnt)
+    tablespace_on(primary, "idle", idle_mnt)
+    make_table(primary, "hot", "busy")
+    make_table(primary, "cold", "idle", rows=3000)
+
+    stop = threading.Event()
+
+    def keep_busy():
+        target = os.path.join(busy_mnt, "dd.out")
+        while not stop.is_set():
+            _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
+                  "oflag=direct", "conv=fsync"])
+    load = threading.Thread(target=keep_busy)
+    load.start()
+    try:
+        with primary.conn() as conn:
+            for _ in range(20):
+                conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
+                conn.execute("SELECT sum(length(pad)) FROM cold").fetchall()
+        # history rows wholly inside the busy period
+        time.sleep(4)
+        with primary.conn() as conn:
+            cur = conn.execute(
+                "SELECT * FROM tsmove.advise(min_read_mb => 8, horizon => '3 seconds')")
+            names = [d.name for d in cur.description]
+            advice = [dict(zip(names, r)) for r in cur.fetchall()]
+            util = dict(conn.execute(
+                "SELECT tablespace, avg(util_pct) FROM tsmove.tablespace_io_history "
+                "WHERE end_time > now() - interval '3 seconds' GROUP BY 1").fetchall())
+    finally:
+        stop.set()
+        load.join()
+    assert util["busy"] >= 50 and util["idle"] < 10, util
+    assert [(a["kind"], str(a["relation"]), a["source_tablespace"], a["target_tablespace"])
+            for a in advice] == [("busy device", "hot", "busy", "idle")], advice
+    top = advice[0]
+    assert (top["source_device"], top["target_device"]) == (busy_dev, idle_dev)
+    assert top["source_util_pct"] >= 50 and top["target_util_pct"] <= top["source_util_pct"] / 2
+    assert "% busy" in top["reason"] and top["command"] == "SELECT tsmove.move('public.hot', 'idle');"
+
+
 # ---- history and report -------------------------------------------------------
 
 
