@@ -188,7 +188,7 @@ _PG_init(void)
 							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							   NULL, NULL, NULL);
 
-	tsm_monitor_init();			/* monitoring: GUCs, hooks, sampler */
+	tsm_monitor_init();			/* monitoring: GUCs, executor hooks */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)
