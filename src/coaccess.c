@@ -755,10 +755,13 @@ discard_pending(void)
 
 /* ---- hooks ------------------------------------------------------------- */
 
+/*
+ * At transaction end every execution has ended (commit, prepare) or been
+ * thrown away (abort): forget them all, and what this backend published.
+ */
 static void
 tsm_xact_callback(XactEvent event, void *arg)
 {
-	/* every execution has ended (commit) or been thrown away (abort) */
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)
@@ -774,6 +777,7 @@ tsm_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/* Executions started in an aborted subtransaction never reach their end. */
 static void
 tsm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
@@ -782,13 +786,17 @@ tsm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
-	/* executions started in the aborted subtransaction never reach their end */
 	level = GetCurrentTransactionNestLevel();
 	for (int i = ntracked - 1; i >= 0; i--)
 		if (tracked[in_use[i]].xact_level >= level)
 			untrack(&tracked[in_use[i]]);
 }
 
+/*
+ * ExecutorStart hook: after the standard start, note the relations the plan
+ * scans and their block counters in a pool entry.  No lock; associating a
+ * relation with its pending statistics may allocate them, as a read would.
+ */
 static void
 tsm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
@@ -816,6 +824,11 @@ tsm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	(void) relation_walker(queryDesc->planstate, exec);
 }
 
+/*
+ * ExecutorRun hook: while a followed execution runs, it is the one inner
+ * executions merge into, and (at top level) what this session publishes as
+ * being read.  Both are restored on the way out, error or not.
+ */
 static void
 tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 				bool execute_once)
@@ -860,6 +873,7 @@ tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 	PG_END_TRY();
 }
 
+/* ExecutorFinish hook: AFTER triggers (foreign-key checks) merge into it. */
 static void
 tsm_ExecutorFinish(QueryDesc *queryDesc)
 {
@@ -889,6 +903,12 @@ tsm_ExecutorFinish(QueryDesc *queryDesc)
 	PG_END_TRY();
 }
 
+/*
+ * ExecutorEnd hook: before the executor closes the relations, measure the
+ * blocks each one had accessed; add them to the enclosing execution if
+ * there is one, else record the pairs (backend slot spinlock, or the
+ * coaccess lock for pairs that do not fit).
+ */
 static void
 tsm_ExecutorEnd(QueryDesc *queryDesc)
 {
