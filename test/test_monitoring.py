@@ -285,6 +285,13 @@ def test_pair_table_evicts_least_used_pairs_when_full(primary):
         conn.execute("SELECT count(*) FROM t22 JOIN t23 USING (id)").fetchall()
     assert pair(pairs(primary), "t22", "t23") is not None
 
+    # the pairs and the eviction count survive a clean restart
+    kept = pairs(primary)
+    evicted = primary.sql_scalar("SELECT coaccess_evictions FROM tsmove.monitor_status")
+    primary.restart()
+    assert pairs(primary) == kept
+    assert primary.sql_scalar("SELECT coaccess_evictions FROM tsmove.monitor_status") == evicted
+
 
 # ---- per-tablespace I/O -------------------------------------------------------
 
