@@ -141,8 +141,14 @@ SELECT * FROM tsmove.report(pg_catalog.now(), compare => '-1 minute');
 
 -- report(): a move done in the period, before and after, on both sides
 SELECT pg_catalog.clock_timestamp() AS before_move \gset
+SELECT pg_catalog.md5(pg_catalog.string_agg(mon_a::text, ',' ORDER BY id)) AS mon_a_hash FROM mon_a \gset
 SELECT tsmove.move('mon_a', 'regress_ts_b') AS mon_job \gset
 SELECT tsmove.wait(:mon_job);
+SELECT pg_catalog.md5(pg_catalog.string_agg(mon_a::text, ',' ORDER BY id)) = :'mon_a_hash' AS data_equal,
+       (SELECT spcname FROM pg_catalog.pg_tablespace t JOIN pg_catalog.pg_class c ON c.reltablespace = t.oid
+        WHERE c.oid = 'mon_a'::pg_catalog.regclass) AS now_in
+FROM mon_a;
+SELECT pg_catalog.count(*) AS heap_problems FROM verify_heapam('mon_a');
 SELECT section, relation, side, period, note IS NOT NULL AS has_note
 FROM tsmove.report(:'before_move') WHERE job_id = :mon_job
 ORDER BY side, period_start;
