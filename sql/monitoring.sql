@@ -148,6 +148,9 @@ SELECT pg_catalog.md5(pg_catalog.string_agg(mon_a::text, ',' ORDER BY id)) = :'m
        (SELECT spcname FROM pg_catalog.pg_tablespace t JOIN pg_catalog.pg_class c ON c.reltablespace = t.oid
         WHERE c.oid = 'mon_a'::pg_catalog.regclass) AS now_in
 FROM mon_a;
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS amcheck;
+RESET client_min_messages;
 SELECT pg_catalog.count(*) AS heap_problems FROM verify_heapam('mon_a');
 SELECT section, relation, side, period, note IS NOT NULL AS has_note
 FROM tsmove.report(:'before_move') WHERE job_id = :mon_job
