@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
-from moves import assert_moved_cleanly, tablespace_of, wait_for, wait_job
+from moves import assert_moved_cleanly, wait_for, wait_job
 from pgcluster import chown_to_server_user
 
 MONITOR_CONF = (
