@@ -258,6 +258,7 @@ def main():
         instructions = instructions_per_statement(cluster, base)
     finally:
         cluster.destroy()
+        shutil.rmtree(base, ignore_errors=True)
 
     def paired(name, key):
         return [x[key] / f[key] for x, f in zip(runs[name], runs["floor"])]
