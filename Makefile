@@ -9,13 +9,15 @@ MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o src/job.o src/tsjobs.o src/jobrecord.o src/jobctl.o \
                src/worker.o src/fileset.o src/copy.o src/mirror.o \
                src/relmove.o src/switch.o src/relocate.o src/dbcatalog.o \
-               src/launcher.o src/resume.o src/pacing.o
+               src/launcher.o src/resume.o src/pacing.o \
+               src/monitor.o src/tsio.o src/relmap.o src/coaccess.o \
+               src/history.o src/sampler.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src
 PG_CFLAGS    = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS      = setup errors move control drop_extension
+REGRESS      = setup errors move control monitoring drop_extension
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf \
                --inputdir=$(srcdir) --outputdir=tmp_regress
 

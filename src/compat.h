@@ -21,6 +21,7 @@
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "catalog/catalog.h"
+#include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
@@ -215,6 +216,38 @@ tsm_slot_invalidated(ReplicationSlot *slot)
 #else
 	return !XLogRecPtrIsInvalid(slot->data.invalidated_at) ||
 		XLogRecPtrIsInvalid(slot->data.restart_lsn);
+#endif
+}
+
+/* ---- monitoring (tsio.c, coaccess.c) ---------------------------------- */
+
+#if PG_VERSION_NUM >= 170000
+#include "storage/proc.h"
+#else
+#include "storage/backendid.h"
+#endif
+
+/*
+ * This backend's index in per-backend arrays of tsm_backend_slots()
+ * entries, or -1 for a process without one.
+ */
+static inline int
+tsm_backend_slot(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;
+#else
+	return MyBackendId == InvalidBackendId ? -1 : MyBackendId - 1;
+#endif
+}
+
+static inline int
+tsm_backend_slots(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MaxBackends + NUM_AUXILIARY_PROCS;
+#else
+	return MaxBackends;
 #endif
 }
 

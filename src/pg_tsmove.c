@@ -12,6 +12,11 @@
  * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
  * with a reload.  The lock rules are in pg_tsmove.h.
  *
+ * Monitoring (monitor.c and the files it names) hooks in through four
+ * calls: tsm_monitor_init() and tsm_monitor_register_workers() from
+ * _PG_init, tsm_monitor_shmem_request() and tsm_monitor_shmem_startup()
+ * from the shared-memory hooks below.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -24,6 +29,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "monitor.h"
 #include "pg_tsmove.h"
 
 PG_MODULE_MAGIC;
@@ -134,6 +140,7 @@ tsm_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(tsm_shmem_size());
 	RequestNamedLWLockTranche("pg_tsmove", 1);
+	tsm_monitor_shmem_request();
 }
 
 static void
@@ -153,6 +160,7 @@ tsm_shmem_startup(void)
 		tsm_shared->nslots = max_worker_processes;
 	}
 	LWLockRelease(AddinShmemInitLock);
+	tsm_monitor_shmem_startup();
 }
 
 /*
@@ -289,6 +297,7 @@ _PG_init(void)
 							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							   NULL, NULL, NULL);
 
+	tsm_monitor_init();			/* monitoring: GUCs, executor hooks */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)
@@ -300,4 +309,5 @@ _PG_init(void)
 	shmem_startup_hook = tsm_shmem_startup;
 
 	tsm_register_launcher();
+	tsm_monitor_register_workers();	/* the sampler, after the launcher */
 }

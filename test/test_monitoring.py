@@ -1,0 +1,629 @@
+"""Monitoring under real workloads: co-access, per-tablespace I/O, advice,
+history and report.
+
+Every test starts its own cluster with the sampler running fast
+(MONITOR_CONF), a small shared_buffers so that scans of a few megabytes
+read from outside them, and no parallel query (a parallel worker's blocks
+count towards its leader's pairs but make timings noisier).
+
+The loop-device tests need root, losetup, mkfs.ext4 and mount; they skip
+with the reason where any of these is missing.  Their filesystems live in
+files on /dev/shm, so they are devices of their own, backed by memory.
+"""
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+
+import psycopg
+import pytest
+from psycopg import sql as pgsql
+
+from moves import assert_moved_cleanly, wait_for, wait_job
+from pgcluster import chown_to_server_user
+
+MONITOR_CONF = (
+    "pg_tsmove.sample_interval = '200ms'",
+    "pg_tsmove.coaccess_sample_interval = '20ms'",
+    "pg_tsmove.history_interval = '1s'",
+    "pg_tsmove.relation_map_refresh = '1s'",
+    "shared_buffers = '16MB'",
+    "max_parallel_workers_per_gather = 0",
+)
+
+# ---- helpers ----------------------------------------------------------------
+
+
+def make_table(cluster, name, tablespace=None, rows=40000):
+    """A table of about rows / 30 blocks (200-byte rows); returns its blocks."""
+    cluster.sql(pgsql.SQL("CREATE TABLE {} (id int, pad text){}").format(
+        pgsql.Identifier(name),
+        pgsql.SQL(" TABLESPACE {}").format(pgsql.Identifier(tablespace))
+        if tablespace else pgsql.SQL("")))
+    cluster.sql(pgsql.SQL("INSERT INTO {} SELECT g, repeat('x', 200) "
+                          "FROM generate_series(1, %s) g").format(
+                              pgsql.Identifier(name)), (rows,))
+    cluster.sql(pgsql.SQL("VACUUM ANALYZE {}").format(pgsql.Identifier(name)))
+    return cluster.sql_scalar("SELECT pg_relation_size(%s) / 8192", (name,))
+
+
+def pairs(cluster):
+    """{(rel_a, rel_b): row dict} of tsmove.coaccess, names as text."""
+    with cluster.conn() as conn:
+        cur = conn.execute("SELECT rel_a::text, rel_b::text, * FROM tsmove.coaccess")
+        names = [d.name for d in cur.description]
+        return {(r[0], r[1]): dict(zip(names[2:], r[2:])) for r in cur.fetchall()}
+
+
+def pair(found, a, b):
+    return found.get((a, b)) or found.get((b, a))
+
+
+def io_rows(cluster):
+    """{tablespace: row dict} of tsmove.tablespace_io."""
+    with cluster.conn() as conn:
+        cur = conn.execute("SELECT * FROM tsmove.tablespace_io")
+        names = [d.name for d in cur.description]
+        return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+
+
+def wait_for_samples(cluster, n=2):
+    """Wait until the sampler has taken n more samples."""
+    first = cluster.sql_scalar("SELECT last_sample FROM tsmove.monitor_status")
+    seen = [first]
+
+    def advanced():
+        now = cluster.sql_scalar("SELECT last_sample FROM tsmove.monitor_status")
+        if now != seen[-1]:
+            seen.append(now)
+        return len(seen) > n
+    wait_for(advanced, 30, what="%d samples" % n)
+
+
+def wait_all_attributed(cluster):
+    """Wait until no block waits for the relation map (new relations)."""
+    wait_for_samples(cluster, 1)
+    wait_for(lambda: cluster.sql_scalar(
+        "SELECT unattributed_blocks = 0 FROM tsmove.monitor_status"), 30,
+        what="every block attributed to a tablespace")
+    wait_for_samples(cluster, 1)
+
+
+def run_for(cluster, seconds, statements, barrier=None):
+    """Run statements in a loop on one connection for `seconds`."""
+    with cluster.conn() as conn:
+        if barrier is not None:
+            barrier.wait()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for statement in statements:
+                conn.execute(statement).fetchall()
+
+
+def expected_device(path):
+    """(device name, 'MAJ:MIN') of the disk under path, from findmnt and
+    lsblk rather than from the code under test; None when the filesystem
+    has no block device (overlay, tmpfs)."""
+    source = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "--target", path],
+                            capture_output=True, text=True).stdout.strip()
+    try:
+        mode = os.stat(source).st_mode
+    except OSError:
+        return None
+    if not stat.S_ISBLK(mode):
+        return None
+    parent = subprocess.run(["lsblk", "-no", "PKNAME", source],
+                            capture_output=True, text=True).stdout.strip()
+    disk = "/dev/" + parent.splitlines()[0] if parent else source
+    numbers = subprocess.run(["lsblk", "-dno", "MAJ:MIN", disk],
+                             capture_output=True, text=True).stdout.strip()
+    return os.path.basename(os.path.realpath(disk)), numbers.replace(" ", "")
+
+
+# ---- loop devices -------------------------------------------------------------
+
+
+def _run(argv):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def loop_filesystems(request):
+    """Make loop-mounted ext4 filesystems (files on /dev/shm); returns a
+    function n -> [(device name, mount point)].  Request it before
+    `clusters`, so that the clusters are gone before the unmount."""
+    made = []
+    base = tempfile.mkdtemp(prefix="tsmloop_", dir="/tmp")
+    os.chmod(base, 0o755)           # the server's user must reach the mounts
+
+    def make(n):
+        if os.geteuid() != 0:
+            pytest.skip("loop devices need root")
+        for tool in ("losetup", "mkfs.ext4", "mount", "umount"):
+            if shutil.which(tool) is None:
+                pytest.skip("%s is not installed" % tool)
+        for i in range(n):
+            image = os.path.join("/dev/shm", "%s_%d.img" % (os.path.basename(base), i))
+            mount_point = os.path.join(base, "m%d" % i)
+            os.makedirs(mount_point)
+            with open(image, "wb") as f:
+                f.truncate(128 << 20)
+            entry = {"image": image, "mount": mount_point, "device": None,
+                     "mounted": False}
+            made.append(entry)
+            proc = _run(["losetup", "--find", "--show", image])
+            if proc.returncode != 0:
+                pytest.skip("no loop device: %s" % proc.stderr.strip())
+            entry["device"] = proc.stdout.strip()
+            proc = _run(["mkfs.ext4", "-q", "-E",
+                         "lazy_itable_init=0,lazy_journal_init=0", entry["device"]])
+            if proc.returncode != 0:
+                pytest.skip("mkfs.ext4 failed: %s" % proc.stderr.strip())
+            proc = _run(["mount", entry["device"], mount_point])
+            if proc.returncode != 0:
+                pytest.skip("cannot mount a loop device here: %s" % proc.stderr.strip())
+            entry["mounted"] = True
+            os.chmod(mount_point, 0o755)
+            chown_to_server_user(mount_point)
+        return [(os.path.basename(e["device"]), e["mount"]) for e in made]
+
+    yield make
+    for entry in reversed(made):
+        if entry["mounted"]:
+            if _run(["umount", entry["mount"]]).returncode != 0:
+                _run(["umount", "-l", entry["mount"]])
+        if entry["device"]:
+            _run(["losetup", "-d", entry["device"]])
+        if os.path.exists(entry["image"]):
+            os.unlink(entry["image"])
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def tablespace_on(cluster, name, directory):
+    """CREATE TABLESPACE name in a new directory under `directory`."""
+    location = os.path.join(directory, name)
+    os.makedirs(location)
+    os.chmod(location, 0o700)
+    chown_to_server_user(location)
+    cluster.sql(pgsql.SQL("CREATE TABLESPACE {} LOCATION {}").format(
+        pgsql.Identifier(name), pgsql.Literal(location)))
+    return location
+
+
+# ---- co-access ----------------------------------------------------------------
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_coaccess_join_outweighs_lone_reads_and_concurrent_reads_tick(primary):
+    blocks = {name: make_table(primary, name, "ts_a") for name in ("a", "b", "c")}
+    blocks.update({name: make_table(primary, name, "ts_b") for name in ("d", "e")})
+    primary.sql("SELECT tsmove.coaccess_reset()")
+
+    # A and B joined (a hash join scans both), C read alone, in one session
+    with primary.conn() as conn:
+        for _ in range(10):
+            conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+            conn.execute("SELECT count(*) FROM c").fetchall()
+    found = pairs(primary)
+    ab = pair(found, "a", "b")
+    assert ab is not None, found
+    assert ab["executions"] == 10
+    assert (ab["tablespace_a"], ab["tablespace_b"], ab["same_device"]) == ("ts_a", "ts_a", True)
+    # every block of both tables, once per execution
+    assert ab["blocks_a"] >= 10 * blocks["a"] and ab["blocks_b"] >= 10 * blocks["b"], ab
+    assert ab["coaccess_weight"] == ab["blocks_a"] + ab["blocks_b"]
+    assert 0 < ab["coaccess_weight_read"] <= ab["coaccess_weight"]
+    assert ab["coaccess_weight"] == max(p["coaccess_weight"] for p in found.values())
+    with_c = [p for (x, y), p in found.items() if "c" in (x, y)]
+    assert all(p["coaccess_weight"] < ab["coaccess_weight"] / 20 for p in with_c), with_c
+
+    # D and E read at the same time by two sessions, never in one query
+    barrier = threading.Barrier(2)
+    readers = [threading.Thread(target=run_for, args=(primary, 2.0, [q], barrier))
+               for q in ("SELECT count(*) FROM d", "SELECT count(*) FROM e")]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    found = pairs(primary)
+    de = pair(found, "d", "e")
+    assert de is not None, found
+    assert de["executions"] == 0
+    assert de["concurrent_ticks"] >= 5, de
+    assert de["tablespace_a"] == de["tablespace_b"] == "ts_b"
+    # A was not being read meanwhile: no tick with D or E
+    assert pair(found, "a", "d") is None and pair(found, "a", "e") is None
+    assert pair(found, "a", "b")["concurrent_ticks"] == 0
+
+    # a parallel join is one execution; its workers are its own session
+    with primary.conn() as conn:
+        conn.execute("SET parallel_setup_cost = 0")
+        conn.execute("SET parallel_tuple_cost = 0")
+        conn.execute("SET min_parallel_table_scan_size = 0")
+        conn.execute("SET max_parallel_workers_per_gather = 2")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF) SELECT count(*) FROM a JOIN b USING (id)"))
+        assert "Workers Launched: 2" in plan, plan
+        for _ in range(2):
+            conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+    ab = pair(pairs(primary), "a", "b")
+    assert ab["executions"] == 13 and ab["concurrent_ticks"] == 0, ab
+
+    # pg_tsmove.track_coaccess = off: nothing more is recorded
+    with primary.conn() as conn:
+        conn.execute("SET pg_tsmove.track_coaccess = off")
+        for _ in range(3):
+            conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+    assert pair(pairs(primary), "a", "b")["executions"] == 13
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.coaccess_max_pairs = 100")
+def test_pair_table_evicts_least_used_pairs_when_full(primary):
+    names = ["t%02d" % i for i in range(24)]
+    for name in names:
+        make_table(primary, name, rows=300)
+    primary.sql("SELECT tsmove.coaccess_reset()")
+    with primary.conn() as conn:
+        for _ in range(30):
+            conn.execute("SELECT count(*) FROM t00 JOIN t01 USING (id)").fetchall()
+        # one query reading all 24 tables: 276 pairs for a table of 100
+        query = " + ".join("(SELECT count(*) FROM %s)" % n for n in names)
+        assert conn.execute("SELECT " + query).fetchone()[0] == 24 * 300
+    status = primary.sql("SELECT coaccess_pairs, coaccess_max_pairs, coaccess_evictions "
+                         "FROM tsmove.monitor_status")[0]
+    held, capacity, evicted = status
+    assert capacity == 100
+    assert 0 < held <= 100
+    assert evicted >= 276 + 1 - 100, status
+    # the much-used pair survived; the table still takes new pairs
+    assert pair(pairs(primary), "t00", "t01")["executions"] == 31
+    with primary.conn() as conn:
+        conn.execute("SELECT count(*) FROM t22 JOIN t23 USING (id)").fetchall()
+    assert pair(pairs(primary), "t22", "t23") is not None
+
+    # the pairs and the eviction count survive a clean restart
+    kept = pairs(primary)
+    evicted = primary.sql_scalar("SELECT coaccess_evictions FROM tsmove.monitor_status")
+    primary.restart()
+    assert pairs(primary) == kept
+    assert primary.sql_scalar("SELECT coaccess_evictions FROM tsmove.monitor_status") == evicted
+
+
+# ---- per-tablespace I/O -------------------------------------------------------
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_tablespace_io_attributes_reads_and_resolves_devices(primary):
+    blocks_a = make_table(primary, "on_ts_a", "ts_a", rows=30000)
+    primary.sql("CREATE INDEX on_ts_a_id ON on_ts_a (id) TABLESPACE ts_a")
+    blocks_default = make_table(primary, "on_default", rows=9000)
+    wait_all_attributed(primary)
+    before = io_rows(primary)
+
+    with primary.conn() as conn:
+        # sum(length(pad)) reads the heap (count(*) could use the index only)
+        for _ in range(3):
+            conn.execute("SELECT sum(length(pad)) FROM on_ts_a").fetchall()
+            conn.execute("SELECT sum(length(pad)) FROM on_default").fetchall()
+        conn.execute("SET enable_seqscan = off")
+        for i in range(1, 201):
+            conn.execute("SELECT pad FROM on_ts_a WHERE id = %s", (i * 100,)).fetchall()
+
+    def grown(spc, *cols):
+        rows = io_rows(primary)
+        return sum(rows[spc][c] - before[spc][c] for c in cols)
+
+    data = ("data_blocks_read", "data_blocks_hit")
+    index = ("index_blocks_read", "index_blocks_hit")
+    wait_for(lambda: grown("ts_a", *data) >= 3 * blocks_a
+             and grown("pg_default", *data) >= 3 * blocks_default
+             and grown("ts_a", *index) >= 200, 30,
+             what="the reads to reach tsmove.tablespace_io")
+    wait_for_samples(primary, 2)
+    # ts_a got its table's scans and the 200 lookups' heap pages, not the
+    # other table's; the index lookups count as index blocks; ts_b nothing
+    assert 3 * blocks_a <= grown("ts_a", *data) <= 3 * blocks_a + 220
+    assert grown("ts_a", *index) >= 200
+    assert grown("ts_b", *data, *index) == 0
+    assert grown("pg_default", *data) >= 3 * blocks_default
+
+    # another database's reads count for the same tablespaces (the sampler
+    # reads every database's statistics; a worker maps that database)
+    primary.sql("CREATE DATABASE other")
+    primary.sql("CREATE TABLE elsewhere TABLESPACE ts_b AS "
+                "SELECT g AS id, repeat('x', 200) AS pad FROM generate_series(1, 15000) g",
+                dbname="other")
+    blocks_other = primary.sql_scalar("SELECT pg_relation_size('elsewhere') / 8192",
+                                      dbname="other")
+    with primary.conn("other") as conn:
+        for _ in range(4):
+            conn.execute("SELECT sum(length(pad)) FROM elsewhere").fetchall()
+    wait_for(lambda: grown("ts_b", *data) >= 4 * blocks_other, 30,
+             what="the other database's reads to reach ts_b")
+
+    rows = io_rows(primary)
+    # the data directory's device, as findmnt and lsblk see it
+    expected = expected_device(primary.data_dir)
+    default = rows["pg_default"]
+    if expected is None:
+        assert default["device"] is None and default["device_note"], default
+    else:
+        assert (default["device"], default["device_number"]) == expected
+        assert default["device_note"] is None
+        assert default["disks"] == [expected[0]]
+        with open("/sys/block/%s/queue/rotational" % expected[0]) as f:
+            assert default["rotational"] == (f.read().strip() == "1")
+        assert default["util_pct"] is not None and default["window_seconds"] > 0
+    # all of the cluster's directories are on that one device
+    assert sorted(rows["ts_a"]["same_device_as"]) == ["pg_default", "pg_global", "ts_b"]
+    assert rows["ts_a"]["location"] == primary.tablespaces["ts_a"]
+
+    # a directory on tmpfs has no block device, and says why
+    if not any(line.split()[1] == "/dev/shm" and line.split()[2] == "tmpfs"
+               for line in open("/proc/mounts")):
+        return
+    shm = tempfile.mkdtemp(prefix="tsm_", dir="/dev/shm")
+    try:
+        chown_to_server_user(shm)
+        tablespace_on(primary, "in_memory", shm)
+        wait_for(lambda: io_rows(primary)["in_memory"]["window_seconds"], 30,
+                 what="the tmpfs tablespace to be sampled")
+        mem = io_rows(primary)["in_memory"]
+        assert mem["device"] is None and mem["util_pct"] is None
+        assert "tmpfs" in mem["device_note"] and "no block device" in mem["device_note"]
+        primary.sql("DROP TABLESPACE in_memory")
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_loop_devices_resolve_apart_and_count_their_own_io(loop_filesystems, primary):
+    (dev0, mnt0), (dev1, mnt1) = loop_filesystems(2)
+    tablespace_on(primary, "loop_0", mnt0)
+    tablespace_on(primary, "loop_1", mnt1)
+    wait_for(lambda: all(io_rows(primary)[s]["window_seconds"] for s in ("loop_0", "loop_1")),
+             30, what="the loop tablespaces to be sampled")
+
+    rows = io_rows(primary)
+    for spc, dev in (("loop_0", dev0), ("loop_1", dev1)):
+        row = rows[spc]
+        with open("/sys/block/%s/dev" % dev) as f:
+            numbers = f.read().strip()
+        assert (row["device"], row["device_number"]) == (dev, numbers), row
+        # backed by a file on tmpfs: no disk under it, and the note says so
+        assert row["disks"] == []
+        assert row["device_note"].startswith("loop device backed by /dev/shm/"), row
+        assert row["same_device_as"] is None
+    assert rows["loop_0"]["device"] != rows["loop_1"]["device"]
+
+    before = io_rows(primary)
+    started = primary.sql_scalar("SELECT clock_timestamp()")
+    target = os.path.join(mnt0, "dd.out")
+    proc = _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=32",
+                 "oflag=direct", "conv=fsync"])
+    assert proc.returncode == 0, proc.stderr
+    proc = _run(["dd", "if=" + target, "of=/dev/null", "bs=1M", "iflag=direct"])
+    assert proc.returncode == 0, proc.stderr
+
+    def grown(spc, col):
+        return io_rows(primary)[spc][col] - before[spc][col]
+    wait_for(lambda: grown("loop_0", "device_write_kb") >= 32768
+             and grown("loop_0", "device_read_kb") >= 32768, 30,
+             what="dd's 32 MB to show on %s" % dev0)
+    wait_for_samples(primary, 2)
+    assert grown("loop_0", "device_writes") > 0 and grown("loop_0", "device_reads") > 0
+    # the other device saw none of it (its own journal may write a little)
+    assert grown("loop_1", "device_write_kb") < 1024
+    assert grown("loop_1", "device_read_kb") < 1024
+    # the history keeps it as rates, on the right device only
+    wait_for(lambda: primary.sql_scalar(
+        "SELECT sum(write_kb_s * seconds) >= 32768 FROM tsmove.tablespace_io_history "
+        "WHERE tablespace = 'loop_0' AND end_time > %s", (started,)), 30,
+        what="the history to cover dd")
+    assert primary.sql_scalar(
+        "SELECT coalesce(sum(write_kb_s * seconds), 0) < 1024 FROM tsmove.tablespace_io_history "
+        "WHERE tablespace = 'loop_1' AND end_time > %s", (started,))
+    assert primary.sql_scalar(
+        "SELECT bool_and(device = %s) FROM tsmove.tablespace_io_history "
+        "WHERE tablespace = 'loop_0'", (dev0,))
+
+
+# ---- advice -------------------------------------------------------------------
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_advise_separates_the_joined_pair_onto_the_idle_device(loop_filesystems, primary):
+    ((fast_dev, fast_mnt),) = loop_filesystems(1)
+    tablespace_on(primary, "fast", fast_mnt)
+    for name in ("a", "b", "c"):
+        make_table(primary, name, "ts_a")
+
+    # everything idle: nothing to recommend
+    primary.sql("SELECT pg_stat_reset()")
+    primary.sql("SELECT tsmove.coaccess_reset()")
+    wait_for(lambda: io_rows(primary)["fast"]["util_pct"] is not None, 30,
+             what="the loop tablespace to be sampled")
+    assert primary.sql("SELECT * FROM tsmove.advise()") == []
+    assert primary.sql("SELECT * FROM tsmove.advise(min_read_mb => 0)") == []
+
+    # A and B joined, C read alone
+    with primary.conn() as conn:
+        for _ in range(20):
+            conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+            conn.execute("SELECT count(*) FROM c").fetchall()
+    wait_for_samples(primary, 2)
+    with primary.conn() as conn:
+        cur = conn.execute("SELECT * FROM tsmove.advise(min_read_mb => 8)")
+        names = [d.name for d in cur.description]
+        advice = [dict(zip(names, r)) for r in cur.fetchall()]
+    assert advice, "no recommendation"
+    top = advice[0]
+    assert top["rank"] == 1 and top["kind"] == "co-access", advice
+    assert str(top["relation"]) in ("a", "b") and str(top["partner"]) in ("a", "b")
+    assert top["relation"] != top["partner"]
+    assert (top["source_tablespace"], top["target_tablespace"]) == ("ts_a", "fast")
+    assert top["target_device"] == fast_dev and top["target_util_pct"] <= top["source_util_pct"]
+    assert top["executions"] == 20 and top["evidence_mb"] >= 8
+    assert "were read together in 20 executions" in top["reason"]
+    assert top["command"] == "SELECT tsmove.move('public.%s', 'fast');" % top["relation"]
+    assert top["estimated_copy_time"] is not None and top["assumptions"]
+    assert not [r for r in advice if r["kind"] == "co-access"
+                and "c" in (str(r["relation"]), str(r["partner"]))], advice
+
+    # the advice is a command that works: run it, nothing is lost
+    moved = str(top["relation"])
+    before = primary.row_hash(moved, "id")
+    primary.sql("SET pg_tsmove.max_rate_mb = 0")
+    job = primary.sql_scalar(top["command"])
+    assert wait_job(primary, job, 60) == "done"
+    assert primary.row_hash(moved, "id") == before
+    assert_moved_cleanly(primary, moved, "fast")
+    # separated now: no co-access advice for the pair any more
+    assert not [r for r in primary.sql("SELECT kind, relation::text FROM tsmove.advise(min_read_mb => 8)")
+                if r[0] == "co-access"]
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_advise_relieves_a_busy_device(loop_filesystems, primary):
+    """A relation read a lot on a device kept busy (dd), another device
+    idle: 'busy device' advice to move it there, never the other way."""
+    (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
+    tablespace_on(primary, "busy", busy_mnt)
+    tablespace_on(primary, "idle", idle_mnt)
+    make_table(primary, "hot", "busy")
+    make_table(primary, "cold", "idle", rows=3000)
+
+    stop = threading.Event()
+
+    def keep_busy():
+        target = os.path.join(busy_mnt, "dd.out")
+        while not stop.is_set():
+            _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
+                  "oflag=direct", "conv=fsync"])
+    load = threading.Thread(target=keep_busy)
+    load.start()
+    try:
+        with primary.conn() as conn:
+            for _ in range(20):
+                conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
+                conn.execute("SELECT sum(length(pad)) FROM cold").fetchall()
+        # history rows wholly inside the busy period
+        time.sleep(4)
+        with primary.conn() as conn:
+            cur = conn.execute(
+                "SELECT * FROM tsmove.advise(min_read_mb => 8, horizon => '3 seconds')")
+            names = [d.name for d in cur.description]
+            advice = [dict(zip(names, r)) for r in cur.fetchall()]
+            util = dict(conn.execute(
+                "SELECT tablespace, avg(util_pct) FROM tsmove.tablespace_io_history "
+                "WHERE end_time > now() - interval '3 seconds' GROUP BY 1").fetchall())
+    finally:
+        stop.set()
+        load.join()
+    assert util["busy"] >= 50 and util["idle"] < 10, util
+    assert [(a["kind"], str(a["relation"]), a["source_tablespace"], a["target_tablespace"])
+            for a in advice] == [("busy device", "hot", "busy", "idle")], advice
+    top = advice[0]
+    assert (top["source_device"], top["target_device"]) == (busy_dev, idle_dev)
+    assert top["source_util_pct"] >= 50 and top["target_util_pct"] <= top["source_util_pct"] / 2
+    assert "% busy" in top["reason"] and top["command"] == "SELECT tsmove.move('public.hot', 'idle');"
+
+
+# ---- history and report -------------------------------------------------------
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_history_survives_restart_and_report_shows_the_move(primary):
+    blocks = make_table(primary, "hot", "ts_a", rows=30000)
+    started = primary.sql_scalar("SELECT clock_timestamp()")
+    before_hash = primary.row_hash("hot", "id")
+
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        try:
+            with primary.conn() as conn:
+                while not stop.is_set():
+                    conn.execute("SELECT count(*) FROM hot").fetchall()
+                    time.sleep(0.01)
+        except Exception as e:          # reported by the main thread
+            errors.append(e)
+    load = threading.Thread(target=reader)
+    load.start()
+    try:
+        time.sleep(4)
+        job = primary.sql_scalar("SELECT tsmove.move('hot', 'ts_b')")
+        assert wait_job(primary, job, 60) == "done"
+        time.sleep(6)
+    finally:
+        stop.set()
+        load.join()
+    assert errors == []
+    assert primary.row_hash("hot", "id") == before_hash
+    assert_moved_cleanly(primary, "hot", "ts_b")
+    finished = primary.sql_scalar("SELECT finished_at FROM tsmove.jobs WHERE job_id = %s", (job,))
+    wait_for(lambda: primary.sql_scalar(
+        "SELECT max(end_time) > %s + interval '5 seconds' FROM tsmove.tablespace_io_history",
+        (finished,)), 30, what="the history to cover the window after the move")
+
+    def job_report():
+        with primary.conn() as conn:
+            cur = conn.execute(
+                "SELECT * FROM tsmove.report(%s, compare => '3 seconds') "
+                "WHERE job_id = %s ORDER BY side, period_start", (started, job))
+            names = [d.name for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
+    report = job_report()
+    assert [(r["section"], r["tablespace"], r["side"], r["period"]) for r in report] == [
+        ("move", "ts_a", "source", "before"), ("move", "ts_a", "source", "after"),
+        ("move", "ts_b", "target", "before"), ("move", "ts_b", "target", "after")]
+    assert all(r["relation"] == "public.hot" and r["samples"] > 0 for r in report), report
+    assert all(r["util_pct"] is not None for r in report), report
+    accessed = {(r["side"], r["period"]): r["blocks_read_s"] + r["blocks_hit_s"] for r in report}
+    # the reads went with the table: ts_a before, ts_b after (the windows
+    # hold whole history rows: before the start, after the map caught up)
+    assert accessed[("source", "before")] > blocks
+    assert accessed[("target", "after")] > blocks
+    assert accessed[("target", "before")] < accessed[("source", "before")] / 10
+    assert accessed[("source", "after")] < accessed[("target", "after")] / 10
+    assert report[1]["period_start"] >= finished
+    assert "move public.hot: ts_a -> ts_b" in report[0]["note"], report[0]
+    assert "utilisation" in report[1]["note"]
+    summary = primary.sql("SELECT tablespace FROM tsmove.report(%s) WHERE section = 'tablespace'",
+                          (started,))
+    assert {"ts_a", "ts_b", "pg_default"} <= {r[0] for r in summary}
+
+    # a clean restart keeps the history (and so the report)
+    rows, oldest, restart_at = primary.sql(
+        "SELECT count(*), min(start_time), clock_timestamp() FROM tsmove.tablespace_io_history")[0]
+    assert rows > 0
+    primary.restart()
+    assert primary.sql_scalar("SELECT min(start_time) FROM tsmove.tablespace_io_history") == oldest
+    assert primary.sql_scalar("SELECT count(*) FROM tsmove.tablespace_io_history "
+                              "WHERE end_time <= %s", (restart_at,)) >= rows
+    assert job_report() == report
+
+
+# ---- without shared_preload_libraries -----------------------------------------
+
+
+def test_monitoring_without_preload_refuses_with_a_hint(clusters):
+    cluster = clusters.new("nopreload", preload=False)
+    cluster.sql("CREATE EXTENSION pg_tsmove")
+    for statement in ("SELECT * FROM tsmove.tablespace_io",
+                      "SELECT * FROM tsmove.tablespace_io_history",
+                      "SELECT * FROM tsmove.coaccess",
+                      "SELECT * FROM tsmove.monitor_status",
+                      "SELECT * FROM tsmove.advise()",
+                      "SELECT * FROM tsmove.report(now())",
+                      "SELECT tsmove.coaccess_reset()",
+                      "SELECT tsmove.tablespace_io_reset()"):
+        with pytest.raises(psycopg.Error) as raised:
+            cluster.sql(statement)
+        assert raised.value.sqlstate == "55000", (statement, raised.value)
+        assert "shared_preload_libraries" in (raised.value.diag.message_hint or ""), statement
