@@ -67,11 +67,11 @@ STALE_PREFIX = "pgtsm_eval_"
 class DiskLimits:
     """Per-device limits of one emulated disk, and the memory bound."""
     size_mb: int = 3072          # image size (sparse)
-    read_iops: int = 3000
-    write_iops: int = 3000
-    read_mb_s: int = 80
-    write_mb_s: int = 80
-    memory_mb: int = 512         # server: shared_buffers + page cache + processes
+    read_iops: int = 6000
+    write_iops: int = 6000
+    read_mb_s: int = 100
+    write_mb_s: int = 100
+    memory_mb: int = 448         # server: shared_buffers + page cache + processes
 
 
 def _write(path, text):

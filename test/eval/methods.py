@@ -9,11 +9,21 @@ streams around it.
     relocate        tsmove.relocate_tablespace('tsb', <HDB>/tsb): the
                     container move itself (the essay's goal, section 4's
                     unbuilt dual-write method); tablespace TSB keeps its name
-                    and OID, its directory moves.
+                    and OID, its directory moves.  Run with
+                    switch_lock_timeout = 30s, as tsmove_online_wait: its
+                    switch locks every relation of TSB, which the SELECTs
+                    hold for seconds.
     tsmove_online   tsmove.move('b', 'tsb2', with_indexes => true): B and its
-                    primary key into tablespace TSB2 on HDB, online.
-    tsmove_quiesce  the same with mode => 'quiesce': writes to B wait during
-                    the copy (the essay's method 1, quiesce and copy).
+                    primary key into tablespace TSB2 on HDB, online, with the
+                    extension's defaults.
+    tsmove_online_wait
+                    the same with pg_tsmove.switch_lock_timeout = 30s: the
+                    switch waits for the SELECTs that hold B (each runs for
+                    seconds, and with the default 20 ms the switch's lock is
+                    never granted while two of them overlap).
+    tsmove_quiesce  mode => 'quiesce' (switch_lock_timeout = 30s too): writes
+                    to B wait during the copy (the essay's method 1, quiesce
+                    and copy).
     alter           ALTER TABLE b SET TABLESPACE tsb2; ALTER INDEX b_pkey SET
                     TABLESPACE tsb2 (existing DDL, the essay's method 2
                     analogue).
@@ -52,6 +62,7 @@ class Method:
     run: object                 # function(run) -> Transition
     available: object = None    # function(cluster) -> None or reason
     moves_tablespace: bool = False   # TSB's location changes (not B's tablespace)
+    server_conf: tuple = ()          # postgresql.conf lines for this method's run
 
 
 # ---------------------------------------------------------------------------
@@ -85,7 +96,8 @@ def _wait_jobs(run, first_job, tr):
     """Wait for the job and the jobs queued behind it, until the transition
     timeout; on timeout cancel them (the cancel reaches the queued ones)."""
     deadline = tr.start + run.transition_timeout
-    jobs = _tsmove_jobs(run.cluster, first_job)
+    jobs = [first_job] + [j for j in _tsmove_jobs(run.cluster, first_job)
+                          if j != first_job]
     states = {}
     for job in jobs:
         left = max(1.0, deadline - time.time())
@@ -242,14 +254,22 @@ def run_offline_copy(run):
     return tr
 
 
+# Long enough for the SELECTs running when the switch asks for its lock to end.
+PATIENT_SWITCH = "pg_tsmove.switch_lock_timeout = '30s'"
+
 METHODS = [
-    Method("relocate", "tsmove.relocate_tablespace(tsb)",
+    Method("relocate", "tsmove.relocate_tablespace(tsb), switch_lock_timeout 30s",
            "the container move the essay set out to build (section 4, "
-           "dual-write)", run_relocate, relocate_available, moves_tablespace=True),
+           "dual-write)", run_relocate, relocate_available, moves_tablespace=True,
+           server_conf=(PATIENT_SWITCH,)),
     Method("tsmove_online", "tsmove.move(b), online",
            "per-relation dual-write move", tsmove_move("online")),
-    Method("tsmove_quiesce", "tsmove.move(b), quiesce",
-           "method 1: quiesce and copy", tsmove_move("quiesce")),
+    Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",
+           "per-relation dual-write move, switch waits for readers",
+           tsmove_move("online"), server_conf=(PATIENT_SWITCH,)),
+    Method("tsmove_quiesce", "tsmove.move(b), quiesce, switch_lock_timeout 30s",
+           "method 1: quiesce and copy", tsmove_move("quiesce"),
+           server_conf=(PATIENT_SWITCH,)),
     Method("alter", "ALTER TABLE/INDEX SET TABLESPACE",
            "method 2 analogue: existing DDL", run_alter),
     Method("repack", "pg_repack --tablespace --moveidx",

@@ -259,6 +259,9 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     res = {"key": method.key, "label": method.label, "essay": method.essay,
            "available": True}
     restore_state(cluster, disks, snap, tablespaces)
+    if method.server_conf:
+        cluster.append_conf(list(method.server_conf))
+    res["server_conf"] = list(method.server_conf)
     old_tsb_dir = tablespaces["tsb"]
     disks.apply_limits()
     cluster.start()
@@ -371,15 +374,15 @@ def parse_args(argv):
                     help="keys per SELECT, @top - @bottom (default 10000, as the essay)")
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
-    ap.add_argument("--transition-timeout-s", type=int, default=240)
+    ap.add_argument("--transition-timeout-s", type=int, default=120)
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
     ap.add_argument("--disks", choices=("auto", "emulate", "dirs"), default="auto")
-    ap.add_argument("--disk-read-iops", type=int, default=3000)
-    ap.add_argument("--disk-write-iops", type=int, default=3000)
-    ap.add_argument("--disk-read-mb-s", type=int, default=80)
-    ap.add_argument("--disk-write-mb-s", type=int, default=80)
+    ap.add_argument("--disk-read-iops", type=int, default=6000)
+    ap.add_argument("--disk-write-iops", type=int, default=6000)
+    ap.add_argument("--disk-read-mb-s", type=int, default=100)
+    ap.add_argument("--disk-write-mb-s", type=int, default=100)
     ap.add_argument("--disk-size-mb", type=int, default=4096)
     ap.add_argument("--memory-mb", type=int, default=448,
                     help="server memory cgroup limit (shared_buffers is 128MB)")
@@ -429,7 +432,7 @@ def main(argv=None):
                         "shared_buffers": args.shared_buffers,
                         "server_conf": SERVER_CONF,
                         "stable_window_s": report.STABLE_WINDOW_S,
-                        "stable_tolerance": report.STABLE_TOLERANCE},
+                        "stable_fraction": report.STABLE_FRACTION},
            "methods": []}
     rc = 0
     try:
