@@ -111,7 +111,10 @@ def binned(run_result, width=5.0):
     """{stream: [(t relative to transition start, TPM)]} for the plots."""
     ts = run_result["transition"]["start"]
     t0 = run_result["t_streams_start"]
-    t_stop = run_result["t_streams_stop"]
+    # Up to the end of the final window: after it the streams are stopped,
+    # and a query cut short there would show as a dip.
+    t_stop = min(run_result["t_streams_stop"],
+                 run_result.get("t_final_end", run_result["t_streams_stop"]))
     out = {}
     for n, s in run_result["streams"].items():
         st, en = np.asarray(s["starts"]), np.asarray(s["ends"])

@@ -254,6 +254,24 @@ def sleep_until(t):
         time.sleep(min(left, 0.5))
 
 
+def wait_for_selects_started_before(cluster, epoch, timeout_s):
+    """Wait until no SELECT stream runs a query that started before epoch;
+    False on timeout or if the server cannot be asked."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            running = cluster.sql_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                "LIKE 'eval\\_select%%' AND state = 'active' "
+                "AND query_start < to_timestamp(%s)", (epoch,))
+        except Exception:
+            return False
+        if running == 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def run_method(method, args, cluster, disks, snap, tablespaces, expected, progress,
                logdir):
     res = {"key": method.key, "label": method.label, "essay": method.essay,
@@ -289,7 +307,14 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
             method.label, "finished" if tr.finished else "NOT finished",
             tr.end - tr.start, (": " + tr.error) if tr.error else ""))
         progress.set("settle")
-        sleep_until(tr.end + args.settle_s)
+        res["t_final_end"] = tr.end + args.settle_s
+        sleep_until(res["t_final_end"])
+        # Let the SELECTs running at the end of the final window finish:
+        # stopping the streams kills a query in flight, and its share of
+        # the window would be lost.
+        progress.set("draining")
+        res["drained"] = wait_for_selects_started_before(
+            cluster, res["t_final_end"], args.transition_timeout_s)
     finally:
         progress.set("stopping streams")
         streams.pause()
@@ -374,7 +399,7 @@ def parse_args(argv):
                     help="keys per SELECT, @top - @bottom (default 10000, as the essay)")
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
-    ap.add_argument("--transition-timeout-s", type=int, default=120)
+    ap.add_argument("--transition-timeout-s", type=int, default=90)
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
