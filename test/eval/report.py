@@ -151,6 +151,10 @@ def markdown(res):
     lines.append("Run %s, %.0f s in all, `%s`." % (res["started"], res["elapsed_s"],
                                                    res["command"]))
     lines.append("")
+    if res.get("exception"):
+        lines.append("**The run stopped early: %s.  Methods not listed were not "
+                     "run.**" % res["exception"])
+        lines.append("")
     lines.append("Machine: %s." % res["machine"]["summary"])
     lines.append("")
     d = res["disks"]

@@ -399,7 +399,7 @@ def parse_args(argv):
                     help="keys per SELECT, @top - @bottom (default 10000, as the essay)")
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
-    ap.add_argument("--transition-timeout-s", type=int, default=90)
+    ap.add_argument("--transition-timeout-s", type=int, default=150)
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
@@ -432,8 +432,13 @@ def _raise_interrupt(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
+    # Clean up on Ctrl-C and SIGTERM, also when started in the background
+    # (where a shell without job control leaves SIGINT ignored); on SIGHUP
+    # only if it is not ignored (nohup).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _raise_interrupt)
     os.makedirs(args.out_dir, exist_ok=True)
     for stale in disks_mod.clean_stale_runs("/tmp"):
         log("removed what a killed evaluation left: %s" % stale)
