@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -48,8 +47,8 @@ def leftovers(tag):
     return found
 
 
-def test_eval_smoke():
-    out_dir = tempfile.mkdtemp(prefix="eval_smoke_")
+def test_eval_smoke(tmp_path):
+    out_dir = str(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(EVAL_DIR, "run_eval.py")]
                           + SMOKE_ARGS + ["--out-dir", out_dir],
                           capture_output=True, text=True, timeout=300)
@@ -70,9 +69,9 @@ def test_eval_smoke():
 
     by_key = {m["key"]: m for m in res["methods"]}
     assert list(by_key) == [m.key for m in methods.METHODS]
-    for m in methods.METHODS:
+    for i, m in enumerate(methods.METHODS, 1):
         r = by_key[m.key]
-        row = [l for l in md.splitlines() if l.startswith("| **") and m.label in l]
+        row = [l for l in md.splitlines() if l.startswith("| **%d. %s**" % (i, m.label))]
         assert len(row) == 1, (m.label, md)
         if not r["available"]:
             # Only relocate_tablespace may be missing (the lead's issue), and
