@@ -122,14 +122,20 @@ def _wait_jobs(run, first_job, tr):
     return tr
 
 
+def _sql_rate(rate):
+    """max_rate_mb as SQL text: NULL means pg_tsmove.max_rate_mb."""
+    return "NULL" if rate is None else str(rate)
+
+
 def tsmove_move(mode):
     def run_move(run):
         tr = Transition(start=time.time())
         job = run.cluster.sql_scalar(
             "SELECT tsmove.move('public.b', 'tsb2', mode => %s, "
-            "with_indexes => true)", (mode,))
+            "max_rate_mb => %s::numeric, with_indexes => true)", (mode, run.tsmove_rate_mb))
         tr.details["call"] = ("SELECT tsmove.move('public.b', 'tsb2', mode => '%s', "
-                              "with_indexes => true)" % mode)
+                              "max_rate_mb => %s, with_indexes => true)"
+                              % (mode, _sql_rate(run.tsmove_rate_mb)))
         return _wait_jobs(run, job, tr)
     return run_move
 
@@ -150,9 +156,10 @@ def run_relocate(run):
     run.chown(new_location)
     tr = Transition(start=time.time())
     job = run.cluster.sql_scalar(
-        "SELECT tsmove.relocate_tablespace('tsb', %s)", (new_location,))
-    tr.details["call"] = ("SELECT tsmove.relocate_tablespace('tsb', '%s')"
-                          % new_location)
+        "SELECT tsmove.relocate_tablespace('tsb', %s, %s::numeric)",
+        (new_location, run.tsmove_rate_mb))
+    tr.details["call"] = ("SELECT tsmove.relocate_tablespace('tsb', '%s', %s)"
+                          % (new_location, _sql_rate(run.tsmove_rate_mb)))
     _wait_jobs(run, job, tr)
     location = run.cluster.sql_scalar(
         "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'tsb'")

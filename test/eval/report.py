@@ -181,6 +181,8 @@ def markdown(res):
                     facts["b"]["index_bytes"] / 2**20, s["shared_buffers"],
                     s["query_range"], s["warmup_s"], s["transition_timeout_s"],
                     s["settle_s"]))
+    if s.get("tsmove_rate_mb") is not None:
+        lines[-1] += " pg_tsmove calls pass max_rate_mb => %s." % s["tsmove_rate_mb"]
     lines.append("")
     if res.get("copy_floor"):
         fl = res["copy_floor"]

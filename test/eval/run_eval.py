@@ -104,11 +104,12 @@ class EvalCluster(Cluster):
 class Run:
     """What a method needs: the cluster, the disks, the streams."""
 
-    def __init__(self, cluster, disks, streams, transition_timeout):
+    def __init__(self, cluster, disks, streams, transition_timeout, tsmove_rate_mb):
         self.cluster = cluster
         self.disks = disks
         self.streams = streams
         self.transition_timeout = transition_timeout
+        self.tsmove_rate_mb = tsmove_rate_mb     # None: pg_tsmove.max_rate_mb
 
     def chown(self, path):
         chown_to_server_user(path)
@@ -286,7 +287,7 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     streams = workload.StreamSet(
         cluster, logdir, args.rows, args.query_range,
         max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900)
-    run = Run(cluster, disks, streams, args.transition_timeout_s)
+    run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb)
     try:
         res["t_streams_start"] = time.time()
         streams.start()
@@ -403,6 +404,9 @@ def parse_args(argv):
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
+    ap.add_argument("--tsmove-rate-mb", type=float, default=None,
+                    help="max_rate_mb of the pg_tsmove calls (default: NULL, i.e. "
+                    "pg_tsmove.max_rate_mb; 0 = unthrottled)")
     ap.add_argument("--disks", choices=("auto", "emulate", "dirs"), default="auto")
     ap.add_argument("--disk-read-iops", type=int, default=6000)
     ap.add_argument("--disk-write-iops", type=int, default=6000)
@@ -459,6 +463,7 @@ def main(argv=None):
            "settings": {"rows": args.rows, "query_range": args.query_range,
                         "warmup_s": args.warmup_s, "settle_s": args.settle_s,
                         "transition_timeout_s": args.transition_timeout_s,
+                        "tsmove_rate_mb": args.tsmove_rate_mb,
                         "shared_buffers": args.shared_buffers,
                         "server_conf": SERVER_CONF,
                         "stable_window_s": report.STABLE_WINDOW_S,
