@@ -3,7 +3,7 @@
 #
 # Installs what is missing (test/install_deps.sh: PostgreSQL 15, pg_repack,
 # e2fsprogs, matplotlib, ...), builds and installs pg_tsmove, then runs
-# test/eval/run_eval.py, which writes test/eval/results/report.md,
+# test/eval/run_eval.py, which writes test/eval/latest/report.md,
 # series.json and tpm.png (about 20 minutes with the defaults).  Honours
 # PG_CONFIG (and PG_BIN, which defaults to PG_CONFIG's bindir).
 # `python3 test/eval/run_eval.py --help` lists the options.

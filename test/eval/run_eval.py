@@ -417,7 +417,7 @@ def parse_args(argv):
                     help="server memory cgroup limit (shared_buffers is 128MB)")
     ap.add_argument("--shared-buffers", default="128MB")
     ap.add_argument("--progress-s", type=float, default=10.0)
-    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "latest"))
     args = ap.parse_args(argv)
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
     known = {m.key for m in methods_mod.METHODS}
