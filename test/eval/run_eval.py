@@ -5,7 +5,7 @@ to a second disk, under the same four query streams, side by side.
     sudo bash test/eval/run.sh             # installs, builds, then runs this
     python3 test/eval/run_eval.py [--rows N] [--warmup-s S] [--settle-s S]
             [--transition-timeout-s S] [--methods a,b,...] [--disks auto|emulate|dirs]
-            [--out-dir DIR]
+            [--tsmove-rate-mb MB] [--out-dir DIR]      (--help: every option)
 
 Tchervenski (Waterloo, 2008) moved DB2 container CB1 of tablespace TSB from
 disk HDA to disk HDB while two merge-join streams read tables A and B and
@@ -24,9 +24,11 @@ on one machine, in one run, for every method in methods.py:
     start the server in the disks' cgroups, start the four pgbench streams,
     warm up (--warmup-s), move (the transition; --transition-timeout-s
     bounds it), settle (--settle-s), stop the streams, and check the data
-    (checks.py).  A method that is not available (pg_tsmove without
-    relocate_tablespace, no pg_repack) gets a row that says so.
- 4. Report (report.py) in --out-dir: report.md (the table), series.json
+    (checks.py), with the limits off.  A method that is not available
+    (pg_tsmove without relocate_tablespace, no pg_repack) gets a row that
+    says so.
+ 4. Report (report.py) in --out-dir (test/eval/latest/ by default):
+    report.md (the table), series.json
     (TPM per stream per second, the windows, every figure), tpm.png (one
     panel per method, transition shaded).  A progress line every 10 s.
 
@@ -35,7 +37,12 @@ an error or Ctrl-C; a run killed with SIGKILL is cleaned up by the next.
 
 Exit status: 0 when every available method ran and every data check
 passed (a method that did not finish in time is a result, not an error),
-1 when a data check failed or a method raised, 2 when the set-up failed.
+1 when a data check failed or a method raised, 2 when the set-up failed
+or the run was interrupted.
+
+Locking: none of its own.  The methods take what their tools take
+(methods.py); the harness only terminates its own pgbench sessions
+(application_name eval_*) to stop the streams.
 """
 
 import argparse
@@ -58,7 +65,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from pgcluster import (PG_BIN, Cluster, become_subreaper,  # noqa: E402
-                       chown_to_server_user, run_server_program)
+                       chown_to_server_user)
 import checks  # noqa: E402
 import disks as disks_mod  # noqa: E402
 import methods as methods_mod  # noqa: E402
@@ -583,9 +590,8 @@ def main(argv=None):
         for e in cleanup_errors:
             log("clean-up problem: %s" % e)
     write_outputs(res, args.out_dir)
-    res_rc = rc
-    log("exit %d; %.0f s in all" % (res_rc, res["elapsed_s"]))
-    return res_rc
+    log("exit %d; %.0f s in all" % (rc, res["elapsed_s"]))
+    return rc
 
 
 def write_outputs(res, out_dir):
