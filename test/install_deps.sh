@@ -1,8 +1,9 @@
 # Installs what building and testing pg_tsmove needs, skipping what is there.
-# Sourced by test/run_tests.sh and test/demo.sh (as root), which then call
-# install_deps.  Debian packages: the PostgreSQL 15 server, contrib (amcheck),
-# server headers, a compiler, pg_repack (for the benchmark); Python packages
-# from test/requirements.txt.
+# Sourced by test/run_tests.sh, test/demo.sh and test/eval/run.sh (as root),
+# which then call install_deps.  Debian packages: the PostgreSQL 15 server,
+# contrib (amcheck), server headers, a compiler, pg_repack (for the benchmark
+# and the evaluation), e2fsprogs (mkfs.ext4 for the evaluation's emulated
+# disks); Python packages from test/requirements.txt.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PYTHON=${PYTHON:-python3}
@@ -27,7 +28,7 @@ install_deps() {
             /etc/postgresql-common/createcluster.conf
     fi
     for pkg in postgresql-15 postgresql-server-dev-15 build-essential \
-               postgresql-15-repack; do
+               postgresql-15-repack e2fsprogs; do
         package_installed "$pkg" || wanted+=("$pkg")
     done
     if ! package_installed postgresql-contrib-15 && ! package_installed postgresql-contrib; then

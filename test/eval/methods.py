@@ -1,0 +1,287 @@
+"""The ways to move table B's data from HDA to HDB, each as a method the
+evaluation runs under the four streams.
+
+Every method function takes the Run (cluster, disks, streams, settings)
+and returns a Transition: when the move started and ended (wall clock),
+whether it finished, and what it reported.  The caller measures the
+streams around it.
+
+    relocate        tsmove.relocate_tablespace('tsb', <HDB>/tsb): the
+                    container move itself (the essay's goal, section 4's
+                    unbuilt dual-write method); tablespace TSB keeps its name
+                    and OID, its directory moves.  Run with
+                    switch_lock_timeout = 30s, as tsmove_online_wait: its
+                    switch locks every relation of TSB, which the SELECTs
+                    hold for seconds.
+    tsmove_online   tsmove.move('b', 'tsb2', with_indexes => true): B and its
+                    primary key into tablespace TSB2 on HDB, online, with the
+                    extension's defaults.
+    tsmove_online_wait
+                    the same with pg_tsmove.switch_lock_timeout = 30s: the
+                    switch waits for the SELECTs that hold B (each runs for
+                    seconds, and with the default 20 ms the switch's lock is
+                    never granted while two of them overlap).
+    tsmove_quiesce  mode => 'quiesce' (switch_lock_timeout = 30s too): writes
+                    to B wait during the copy (the essay's method 1, quiesce
+                    and copy).
+    alter           ALTER TABLE b SET TABLESPACE tsb2; ALTER INDEX b_pkey SET
+                    TABLESPACE tsb2 (existing DDL, the essay's method 2
+                    analogue).
+    repack          pg_repack --no-order --table=public.b --tablespace=tsb2
+                    --moveidx (online rewrite by an external tool).
+    offline_copy    stop the server, copy TSB's directory to HDB, repoint
+                    pg_tblspc/<oid>, start (the storage-level way, the
+                    essay's method 3 analogue, but with downtime: PostgreSQL
+                    sees a path, not a volume that LVM could move under it).
+"""
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from pgcluster import PG_BIN
+
+
+@dataclass
+class Transition:
+    available: bool = True
+    reason: str = ""             # why not available
+    start: float = None          # wall clock (epoch s)
+    end: float = None
+    finished: bool = False       # B's data is on HDB
+    error: str = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class Method:
+    key: str
+    label: str
+    essay: str                  # which of the essay's scenarios it stands for
+    run: object                 # function(run) -> Transition
+    available: object = None    # function(cluster) -> None or reason
+    moves_tablespace: bool = False   # TSB's location changes (not B's tablespace)
+    server_conf: tuple = ()          # postgresql.conf lines for this method's run
+
+
+# ---------------------------------------------------------------------------
+# pg_tsmove
+
+def _tsmove_jobs(cluster, job):
+    """The table's job and the index jobs queued behind it."""
+    return [r[0] for r in cluster.sql(
+        "SELECT job_id FROM tsmove.job WHERE job_id = %s OR parent_job = %s "
+        "ORDER BY job_id", (job, job))]
+
+
+def _job_rows(cluster, jobs):
+    cols = ("job_id", "relname", "mode", "state", "blocks_total", "blocks_copied",
+            "blocks_recopied", "bytes_written", "wal_bytes", "switch_attempts",
+            "lock_wait_ms", "switch_ms", "started_at", "finished_at", "error")
+    rows = cluster.sql("SELECT " + ", ".join(cols) + " FROM tsmove.jobs "
+                       "WHERE job_id = ANY(%s) ORDER BY job_id", (jobs,))
+    out = []
+    for r in rows:
+        d = dict(zip(cols, r))
+        for k in ("started_at", "finished_at"):
+            d[k] = d[k].isoformat() if d[k] is not None else None
+        for k in ("lock_wait_ms", "switch_ms"):
+            d[k] = float(d[k]) if d[k] is not None else None
+        out.append(d)
+    return out
+
+
+def _wait_jobs(run, first_job, tr):
+    """Wait for the job and the jobs queued behind it, until the transition
+    timeout; on timeout cancel them (the cancel reaches the queued ones)."""
+    deadline = tr.start + run.transition_timeout
+    jobs = [first_job] + [j for j in _tsmove_jobs(run.cluster, first_job)
+                          if j != first_job]
+    states = {}
+    for job in jobs:
+        left = max(1.0, deadline - time.time())
+        states[job] = run.cluster.sql_scalar(
+            "SELECT tsmove.wait(%s, make_interval(secs => %s))", (job, left))
+        if states[job] != "done":
+            break
+    tr.end = time.time()
+    if all(states.get(j) == "done" for j in jobs):
+        tr.finished = True
+    else:
+        tr.error = "jobs %s ended as %s after %.0f s" % (
+            jobs, states, tr.end - tr.start)
+        if any(s not in ("done", "failed", "cancelled") for s in states.values()):
+            tr.error = ("not finished within the transition timeout (%d s); "
+                        "cancelled" % run.transition_timeout)
+            run.cluster.sql_scalar("SELECT tsmove.cancel(%s)", (first_job,))
+            for job in jobs:
+                run.cluster.sql_scalar(
+                    "SELECT tsmove.wait(%s, make_interval(secs => 120))", (job,))
+    tr.details["jobs"] = _job_rows(run.cluster, jobs)
+    return tr
+
+
+def _sql_rate(rate):
+    """max_rate_mb as SQL text: NULL means pg_tsmove.max_rate_mb."""
+    return "NULL" if rate is None else str(rate)
+
+
+def tsmove_move(mode):
+    def run_move(run):
+        tr = Transition(start=time.time())
+        job = run.cluster.sql_scalar(
+            "SELECT tsmove.move('public.b', 'tsb2', mode => %s, "
+            "max_rate_mb => %s::numeric, with_indexes => true)", (mode, run.tsmove_rate_mb))
+        tr.details["call"] = ("SELECT tsmove.move('public.b', 'tsb2', mode => '%s', "
+                              "max_rate_mb => %s, with_indexes => true)"
+                              % (mode, _sql_rate(run.tsmove_rate_mb)))
+        return _wait_jobs(run, job, tr)
+    return run_move
+
+
+RELOCATE_SIGNATURE = "tsmove.relocate_tablespace(name,text,numeric)"
+
+
+def relocate_available(cluster):
+    if cluster.sql_scalar("SELECT to_regprocedure(%s) IS NOT NULL",
+                          (RELOCATE_SIGNATURE,)):
+        return None
+    return "not available in this build (no %s)" % RELOCATE_SIGNATURE
+
+
+def run_relocate(run):
+    new_location = os.path.join(run.disks.hdb, "tsb")
+    os.makedirs(new_location, mode=0o700)
+    run.chown(new_location)
+    tr = Transition(start=time.time())
+    job = run.cluster.sql_scalar(
+        "SELECT tsmove.relocate_tablespace('tsb', %s, %s::numeric)",
+        (new_location, run.tsmove_rate_mb))
+    tr.details["call"] = ("SELECT tsmove.relocate_tablespace('tsb', '%s', %s)"
+                          % (new_location, _sql_rate(run.tsmove_rate_mb)))
+    _wait_jobs(run, job, tr)
+    location = run.cluster.sql_scalar(
+        "SELECT pg_tablespace_location(oid) FROM pg_tablespace WHERE spcname = 'tsb'")
+    tr.details["location_after"] = location
+    if tr.finished:
+        run.cluster.tablespaces["tsb"] = location
+        if location != new_location:
+            tr.finished = False
+            tr.error = "job done but tsb is at %s, not %s" % (location, new_location)
+    return tr
+
+
+# ---------------------------------------------------------------------------
+# existing ways
+
+def run_alter(run):
+    tr = Transition(start=time.time())
+    statements = ["ALTER TABLE b SET TABLESPACE tsb2",
+                  "ALTER INDEX b_pkey SET TABLESPACE tsb2"]
+    tr.details["call"] = "; ".join(statements)
+    try:
+        with run.cluster.conn() as conn:
+            conn.execute("SET statement_timeout = '%ds'" % run.transition_timeout)
+            for st in statements:
+                conn.execute(st)
+        tr.finished = True
+    except Exception as e:
+        tr.error = str(e).strip()
+    tr.end = time.time()
+    return tr
+
+
+def repack_available(cluster):
+    if not _repack_exe():
+        return "pg_repack is not installed"
+    return None
+
+
+def _repack_exe():
+    exe = os.path.join(PG_BIN, "pg_repack")
+    if os.path.exists(exe):
+        return exe
+    from shutil import which
+    return which("pg_repack")
+
+
+def run_repack(run):
+    c = run.cluster
+    argv = [_repack_exe(), "--no-order", "--table=public.b", "--tablespace=tsb2",
+            "--moveidx", "-h", c.socket_dir, "-p", str(c.port), "-U", "postgres",
+            "-d", "postgres"]
+    tr = Transition(start=time.time())
+    tr.details["call"] = "pg_repack --no-order --table=public.b --tablespace=tsb2 --moveidx"
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=run.transition_timeout)
+        tr.details["output"] = (proc.stdout + proc.stderr).strip()[-2000:]
+        if proc.returncode == 0:
+            tr.finished = True
+        else:
+            tr.error = "pg_repack exited %d: %s" % (proc.returncode,
+                                                    tr.details["output"][-500:])
+    except subprocess.TimeoutExpired:
+        tr.error = ("pg_repack did not finish within the transition timeout "
+                    "(%d s); killed" % run.transition_timeout)
+    tr.end = time.time()
+    return tr
+
+
+def run_offline_copy(run):
+    """Stop, copy, relink, start: every stream waits for the whole copy."""
+    c = run.cluster
+    oid, old = c.sql("SELECT oid, pg_tablespace_location(oid) FROM pg_tablespace "
+                     "WHERE spcname = 'tsb'")[0]
+    new = os.path.join(run.disks.hdb, "tsb")
+    link = os.path.join(c.data_dir, "pg_tblspc", str(oid))
+    tr = Transition(start=time.time())
+    tr.details["call"] = ("pg_ctl stop -m fast; cp -a %s %s; sync; "
+                          "ln -sfn %s pg_tblspc/%d; pg_ctl start" % (old, new, new, oid))
+    run.streams.pause()
+    c.stop("fast")
+    t_copy = time.time()
+    # In the server's cgroups: the copy competes for the same throttled disks.
+    subprocess.run(run.disks.in_cgroups(
+        ["sh", "-c", 'cp -a "$1" "$2" && sync -f "$2"', "sh", old, new]), check=True)
+    tr.details["copy_s"] = round(time.time() - t_copy, 2)
+    tmp = link + ".new"
+    os.symlink(new, tmp)
+    os.rename(tmp, link)
+    fd = os.open(os.path.dirname(link), os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    run.start_server()
+    c.tablespaces["tsb"] = new
+    run.streams.resume()
+    subprocess.run(["rm", "-rf", old], check=True)
+    tr.end = time.time()
+    tr.finished = True
+    return tr
+
+
+# Long enough for the SELECTs running when the switch asks for its lock to end.
+PATIENT_SWITCH = "pg_tsmove.switch_lock_timeout = '30s'"
+
+METHODS = [
+    Method("relocate", "tsmove.relocate_tablespace(tsb), switch_lock_timeout 30s",
+           "the container move the essay set out to build (section 4, "
+           "dual-write)", run_relocate, relocate_available, moves_tablespace=True,
+           server_conf=(PATIENT_SWITCH,)),
+    Method("tsmove_online", "tsmove.move(b), online",
+           "per-relation dual-write move", tsmove_move("online")),
+    Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",
+           "per-relation dual-write move, switch waits for readers",
+           tsmove_move("online"), server_conf=(PATIENT_SWITCH,)),
+    Method("tsmove_quiesce", "tsmove.move(b), quiesce, switch_lock_timeout 30s",
+           "method 1: quiesce and copy", tsmove_move("quiesce"),
+           server_conf=(PATIENT_SWITCH,)),
+    Method("alter", "ALTER TABLE/INDEX SET TABLESPACE",
+           "method 2 analogue: existing DDL", run_alter),
+    Method("repack", "pg_repack --tablespace --moveidx",
+           "online rewrite by an external tool", run_repack, repack_available),
+    Method("offline_copy", "stop, copy TSB's directory, relink, start",
+           "method 3 analogue: below the database (here offline)",
+           run_offline_copy, moves_tablespace=True),
+]

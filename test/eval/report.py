@@ -1,0 +1,329 @@
+"""From the streams' logs to the essay's Table 5, a JSON file and plots.
+
+Windows of one method's run (wall clock):
+
+    streams start ... warm-up ... | transition | ... settle ...
+                      [baseline ]  [transition]            [final  ]
+
+    baseline    the last half of the warm-up: "TPM after warm-up"
+    transition  from the start of the move to its end
+    final       the last half of the settle phase: "TPM at final state"
+
+TPM counts each transaction in proportion to the part of its run inside
+the window (workload.tpm_window), so a stream of long queries gets a
+smooth rate.  The SELECT row is per stream: the mean of the two streams,
+as the essay reports it.
+
+Stable state.  Three groups are watched: the two SELECT streams together,
+updates of A, updates of B.  A group has reached its stable state at the
+first moment after the transition's end from which its TPM over the next
+STABLE_WINDOW_S seconds is at least STABLE_FRACTION of its final mean (the
+mean of the final window); the scenario's time to reach a stable state is
+the latest of the three (windows slide by 1 s).  The rule looks at the
+recovery of throughput (the essay's cold bufferpools after a container
+move), not at its noise: TPM above the final mean is stable too.  If a
+group does not get there before the final window starts, the time is
+reported as "> (settle/2) s".
+"""
+
+import json
+import math
+
+import numpy as np
+
+from workload import tpm_window
+
+STABLE_WINDOW_S = 10.0
+STABLE_FRACTION = 0.85
+GROUPS = (("select", ("select1", "select2")), ("update_a", ("update_a",)),
+          ("update_b", ("update_b",)))
+GROUP_LABELS = {"select": "SELECT on A,B (per stream)",
+                "update_a": "Update Table A", "update_b": "Update Table B"}
+
+
+def group_tpm(series, group, t1, t2, per_stream=True):
+    names = dict(GROUPS)[group]
+    total = sum(tpm_window(series[n][0], series[n][1], t1, t2) for n in names)
+    return total / len(names) if per_stream else total
+
+
+def lowest_tpm(series, group, t1, t2, width=5.0):
+    """Lowest TPM over windows of `width` s (1 s steps) inside [t1, t2];
+    a shorter transition is one window."""
+    width = min(width, max(t2 - t1, 1e-3))
+    return min(group_tpm(series, group, a, a + width)
+               for a in window_starts(t1, t2 - width, 1.0))
+
+
+def window_starts(first, last, step):
+    """first, first + step, ... up to last (at least first).  Offsets are
+    computed from first: epoch seconds are too large for 1e-9 slack."""
+    n = int(np.floor(max(0.0, last - first) / step + 1e-6)) + 1
+    return [first + i * step for i in range(n)]
+
+
+def time_to_stable(series, t_end, settle_s, final_mean):
+    """Seconds from t_end until every group is stable (module docstring),
+    or None if one is not before the final window starts."""
+    last_start = t_end + settle_s / 2.0 - STABLE_WINDOW_S
+    if last_start < t_end:
+        return 0.0
+    worst = 0.0
+    for g, _ in GROUPS:
+        target = STABLE_FRACTION * final_mean[g]
+        for a in window_starts(t_end, last_start, 1.0):
+            if group_tpm(series, g, a, a + STABLE_WINDOW_S) >= target:
+                worst = max(worst, a - t_end)
+                break
+        else:
+            return None
+    return float(worst)
+
+
+def method_metrics(run_result, settings):
+    """Adds the table's figures to one method's result (in place)."""
+    series = {n: (np.asarray(s["starts"]), np.asarray(s["ends"]))
+              for n, s in run_result["streams"].items()}
+    t0 = run_result["t_streams_start"]
+    ts, te = run_result["transition"]["start"], run_result["transition"]["end"]
+    warm = settings["warmup_s"]
+    settle = settings["settle_s"]
+    base = (ts - warm / 2.0, ts)
+    final = (te + settle / 2.0, te + settle)
+    m = {"baseline_window": [base[0] - t0, base[1] - t0],
+         "transition_window": [ts - t0, te - t0],
+         "final_window": [final[0] - t0, final[1] - t0],
+         "transition_s": te - ts, "groups": {}}
+    final_mean = {}
+    for g, _ in GROUPS:
+        gm = {"after_warmup": group_tpm(series, g, *base),
+              "during": group_tpm(series, g, ts, te),
+              "lowest_5s_during": lowest_tpm(series, g, ts, te),
+              "final": group_tpm(series, g, *final)}
+        final_mean[g] = gm["final"]
+        m["groups"][g] = gm
+    m["time_to_stable_s"] = time_to_stable(series, te, settle, final_mean)
+    run_result["metrics"] = m
+    return m
+
+
+def binned(run_result, width=5.0):
+    """{stream: [(t relative to transition start, TPM)]} for the plots."""
+    ts = run_result["transition"]["start"]
+    t0 = run_result["t_streams_start"]
+    # Up to the end of the final window: after it the streams are stopped,
+    # and a query cut short there would show as a dip.
+    t_stop = min(run_result["t_streams_stop"],
+                 run_result.get("t_final_end", run_result["t_streams_stop"]))
+    out = {}
+    for n, s in run_result["streams"].items():
+        st, en = np.asarray(s["starts"]), np.asarray(s["ends"])
+        if t_stop - t0 < width:
+            out[n] = []
+            continue
+        out[n] = [(float(a + width / 2 - ts), tpm_window(st, en, a, a + width))
+                  for a in window_starts(t0, t_stop - width, width)]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+
+def fmt_tpm(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v >= 100:
+        return "%.0f" % v
+    if v >= 10:
+        return "%.1f" % v
+    return "%.2f" % v
+
+
+def fmt_s(v):
+    if v is None:
+        return "-"
+    return "%.0f s" % v if v >= 10 else "%.1f s" % v
+
+
+def markdown(res):
+    s = res["settings"]
+    lines = []
+    lines.append("Run %s, %.0f s in all, `%s`." % (res["started"], res["elapsed_s"],
+                                                   res["command"]))
+    lines.append("")
+    if res.get("exception"):
+        lines.append("**The run stopped early: %s.  Methods not listed were not "
+                     "run.**" % res["exception"])
+        lines.append("")
+    lines.append("Machine: %s." % res["machine"]["summary"])
+    lines.append("")
+    d = res["disks"]
+    if d["emulated"]:
+        lim = d["limits"]
+        lines.append("Disks: HDA and HDB are two loop-mounted ext4 filesystems, each "
+                     "throttled with cgroup v1 blkio to %d read / %d write IOPS and "
+                     "%d / %d MB/s; the server's memory cgroup is limited to %d MB "
+                     "(shared_buffers %s, so the page cache cannot hide the disks). "
+                     "WAL and catalogs are on the machine's disk."
+                     % (lim["read_iops"], lim["write_iops"], lim["read_mb_s"],
+                        lim["write_mb_s"], lim["memory_mb"], s["shared_buffers"]))
+    else:
+        lines.append("**WARNING: %s.**" % d["warning"])
+    lines.append("")
+    facts = res["data"]
+    lines.append("Data: %d rows per table; a: %.0f MiB heap + %.1f MiB index, "
+                 "b: %.0f MiB heap + %.1f MiB index (shared_buffers %s). "
+                 "Streams: 2 x SELECT (range %d keys), 1 x UPDATE a, 1 x UPDATE b, "
+                 "each a pgbench process with one connection. Phases: warm-up %d s, "
+                 "transition (timeout %d s), settle %d s."
+                 % (s["rows"], facts["a"]["heap_bytes"] / 2**20,
+                    facts["a"]["index_bytes"] / 2**20, facts["b"]["heap_bytes"] / 2**20,
+                    facts["b"]["index_bytes"] / 2**20, s["shared_buffers"],
+                    s["query_range"], s["warmup_s"], s["transition_timeout_s"],
+                    s["settle_s"]))
+    if s.get("tsmove_rate_mb") is not None:
+        lines[-1] += " pg_tsmove calls pass max_rate_mb => %s." % s["tsmove_rate_mb"]
+    lines.append("")
+    if res.get("copy_floor"):
+        fl = res["copy_floor"]
+        lines.append("Floor: copying B's files (%.0f MiB) from HDA to HDB with `cp` + "
+                     "`sync` in the server's cgroups, idle: %.1f s (%.0f MB/s)."
+                     % (fl["bytes"] / 2**20, fl["seconds"],
+                        fl["bytes"] / 1e6 / fl["seconds"]))
+        lines.append("")
+    lines.append("| scenario / query | TPM after warm-up | transition | TPM during "
+                 "transition | lowest 5 s TPM during transition | time to stable "
+                 "state | TPM at final state | data checks |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(res["methods"], 1):
+        head = "**%d. %s**" % (i, r["label"])
+        if not r["available"]:
+            lines.append("| %s | | %s | | | | | |" % (head, r["reason"]))
+            continue
+        if "metrics" not in r:
+            lines.append("| %s | | run failed: %s | | | | | |"
+                         % (head, r.get("exception", r.get("error"))))
+            continue
+        m = r["metrics"]
+        trans = fmt_s(m["transition_s"])
+        if r.get("copy_floor_ratio"):
+            trans += " (%.1fx floor)" % r["copy_floor_ratio"]
+        if not r["transition"]["finished"]:
+            trans += ", **not finished**"
+        stable = m["time_to_stable_s"]
+        stable_txt = fmt_s(stable) if stable is not None else \
+            "> %d s" % (s["settle_s"] / 2)
+        checks = "OK" if r["checks"]["ok"] else "**FAIL**"
+        lines.append("| %s | | %s | | | %s | | %s |" % (head, trans, stable_txt, checks))
+        for g, _ in (("select", 0), ("update_a", 0), ("update_b", 0)):
+            gm = m["groups"][g]
+            lines.append("| %s | %s | ** | %s | %s | ** | %s | |"
+                         % (GROUP_LABELS[g], fmt_tpm(gm["after_warmup"]),
+                            fmt_tpm(gm["during"]), fmt_tpm(gm["lowest_5s_during"]),
+                            fmt_tpm(gm["final"])))
+    lines.append("")
+    lines.append("\\*\\* = the same for every query of the scenario. "
+                 "Transition: from the start of the move to its end (for the "
+                 "offline copy, from the stop of the server until it is up and the "
+                 "streams are connected again); \"x floor\" = transition / the idle "
+                 "copy floor above. Time to stable: from the end of the transition until the first "
+                 "%.0f s window of each stream group (both SELECT streams, updates "
+                 "of A, updates of B) has reached %.0f %% of that group's TPM at the "
+                 "final state (the last half of the settle phase); the latest group "
+                 "counts." % (STABLE_WINDOW_S, STABLE_FRACTION * 100))
+    notes = []
+    for i, r in enumerate(res["methods"], 1):
+        if not r["available"]:
+            continue
+        if r.get("transition", {}).get("error"):
+            notes.append("%d. %s: %s" % (i, r["label"], r["transition"]["error"]))
+        for n, st in sorted(r.get("streams", {}).items()):
+            if st["events"]:
+                notes.append("%d. %s: stream %s restarted %d times (first: %s)"
+                             % (i, r["label"], n, len(st["events"]),
+                                st["events"][0][1][:300]))
+            if st["failed"]:
+                notes.append("%d. %s: stream %s: %d failed transactions"
+                             % (i, r["label"], n, st["failed"]))
+        if r.get("checks") and not r["checks"]["ok"]:
+            notes.append("%d. %s: data checks FAILED: %s"
+                         % (i, r["label"], "; ".join(r["checks"]["problems"])[:1500]))
+        for j in r.get("transition", {}).get("details", {}).get("jobs", []):
+            notes.append("%d. %s: job %s (%s) %s: %s blocks, %s re-copied, %s switch "
+                         "attempts, lock wait %s ms, lock held %s ms"
+                         % (i, r["label"], j["job_id"], j["relname"], j["state"],
+                            j["blocks_total"], j["blocks_recopied"],
+                            j["switch_attempts"],
+                            "%.1f" % j["lock_wait_ms"] if j["lock_wait_ms"] is not None else "-",
+                            "%.1f" % j["switch_ms"] if j["switch_ms"] is not None else "-"))
+    if notes:
+        lines.append("")
+        lines += ["- " + n for n in notes]
+    lines.append("")
+    lines.append("Plan of the SELECT streams (EXPLAIN, one parameter set):")
+    lines.append("")
+    lines.append("```")
+    lines.append(res["plan"])
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# plots
+
+COLORS = {"select1": "tab:blue", "select2": "tab:cyan", "update_a": "tab:green",
+          "update_b": "tab:red"}
+
+
+def plot(res, path, width=5.0):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [r for r in res["methods"] if r["available"] and "metrics" in r]
+    if not methods:
+        return False
+    fig, axes = plt.subplots(len(methods), 1, figsize=(11, 2.6 * len(methods) + 0.6),
+                             squeeze=False)
+    twins = []
+    for ax, r in zip(axes[:, 0], methods):
+        b = binned(r, width)
+        m = r["metrics"]
+        ax2 = ax.twinx()
+        twins.append(ax2)
+        for n in ("update_a", "update_b"):
+            xs, ys = zip(*b[n]) if b[n] else ((), ())
+            ax.plot(xs, ys, color=COLORS[n], lw=1.2, label="UPDATE %s" % n[-1].upper())
+        for n in ("select1", "select2"):
+            xs, ys = zip(*b[n]) if b[n] else ((), ())
+            ax2.plot(xs, ys, color=COLORS[n], lw=1.0, ls="--",
+                     label="SELECT stream %s" % n[-1])
+        ax.axvspan(0, m["transition_s"], color="orange", alpha=0.25, lw=0,
+                   label="transition")
+        if m["time_to_stable_s"]:
+            ax.axvline(m["transition_s"] + m["time_to_stable_s"], color="grey",
+                       ls=":", lw=1)
+        title = "%s: transition %s" % (r["label"], fmt_s(m["transition_s"]))
+        if not r["transition"]["finished"]:
+            title += " (not finished)"
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_ylabel("UPDATE TPM")
+        ax2.set_ylabel("SELECT TPM")
+        ax.set_ylim(bottom=0)
+        ax2.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds from the start of the transition "
+                           "(%.0f s bins; each transaction counted pro rata)" % width)
+    h1, l1 = axes[0, 0].get_legend_handles_labels()
+    h2, l2 = twins[0].get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, loc="upper center", ncol=5, fontsize=9,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (2.6 * len(methods) + 0.6)))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def write_json(res, path):
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1, default=str)
