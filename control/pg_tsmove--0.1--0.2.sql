@@ -695,7 +695,7 @@ BEGIN
                   b.src_device, b.src_par, b.tgt_device, b.tgt_par,
                   coaccess_since,
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
-                       ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (unthrottled)' END)
+                       ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END)
     FROM kept b
     JOIN rel r ON r.oid = b.relid
     LEFT JOIN rel pr ON pr.oid = b.partner

@@ -27,7 +27,8 @@
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
  *	- never below the floor: pg_tsmove.min_rate_mb, and 1.25 times the rate
- *	  at which writes make copied pages dirty again, so the move converges;
+ *	  at which writes make copied pages dirty again (in bytes: what a page
+ *	  has cost so far, written and logged), so the move converges;
  *	- when no other session runs transactions there is nothing to protect:
  *	  the pace is the ceiling at once, unthrottled by default.
  *
@@ -139,19 +140,22 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 recopy_need)
+			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		tps = pacer->transactions / secs;
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
+	double		bytes_per_page;
 	double		dirtying_mb;
 
+	/* what a page costs (written, and its compressed image in the WAL) */
+	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
 	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / secs / (1024.0 * 1024.0);
-	dirtying_mb = (recopy_need - pacer->last_recopy_need) * 2.0 * BLCKSZ / secs /
+	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / secs /
 		(1024.0 * 1024.0);
 	pacer->last_bytes = bytes_so_far;
-	pacer->last_recopy_need = recopy_need;
+	pacer->last_dirtied = dirtied_so_far;
 	pacer->floor_mb = Min(Max(tsm_min_rate_mb, 1.25 * dirtying_mb), ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
@@ -202,7 +206,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 recopy_need)
+			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
 {
 	if (now >= pacer->next_sample)
 	{
@@ -212,7 +216,8 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	if (pacer->probe_start != 0)
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
-		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, recopy_need);
+		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
+							dirtied_so_far);
 	return false;
 }
 

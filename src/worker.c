@@ -84,6 +84,8 @@
 #define TSM_STALLED_ROUNDS 3
 /* Pause of a catch-up round in which no file could be copied. */
 #define TSM_IDLE_ROUND_MS 100
+/* Failed switch attempts after which the view suggests a longer lock timeout. */
+#define TSM_SWITCH_ATTEMPTS_BEFORE_HINT 20
 /* How often a paused job reads the WAL and looks for tsmove.resume(). */
 #define TSM_PAUSED_POLL_MS 200
 /* The fastest page-image compression this server was built with. */
@@ -279,9 +281,16 @@ try_switch(TsmJob *job)
 	{
 		job->ctl.progress.lock_wait_ms +=
 			(double) (GetCurrentTimestamp() - requested) / 1000.0;
-		tsm_ctl_note(&job->ctl,
-					 "switch attempt %d could not get the exclusive lock within %d ms; retrying",
-					 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
+		if (job->ctl.progress.switch_attempts < TSM_SWITCH_ATTEMPTS_BEFORE_HINT)
+			tsm_ctl_note(&job->ctl,
+						 "switch attempt %d could not get the exclusive lock within %d ms; retrying",
+						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
+		else
+			tsm_ctl_note(&job->ctl,
+						 "switch attempt %d could not get the exclusive lock within %d ms: sessions hold "
+						 "it longer; raising pg_tsmove.switch_lock_timeout lets the switch wait for them "
+						 "(later queries wait as long)",
+						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
 		return false;
 	}
 	job->lock_granted = GetCurrentTimestamp();

@@ -457,6 +457,7 @@ def test_advise_separates_the_joined_pair_onto_the_idle_device(loop_filesystems,
             conn.execute("SELECT count(*) FROM c").fetchall()
     wait_for_samples(primary, 2)
     with primary.conn() as conn:
+        conn.execute("SET pg_tsmove.max_rate_mb = 64")    # a ceiling to estimate with
         cur = conn.execute("SELECT * FROM tsmove.advise(min_read_mb => 8)")
         names = [d.name for d in cur.description]
         advice = [dict(zip(names, r)) for r in cur.fetchall()]
