@@ -218,6 +218,7 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		}
 		if (f == NULL || f->gone)
 			continue;
+		fs->ctl->foreground_changes++;	/* for the pacing floor */
 		if (f->when == TSM_COPY_TRACKED && blkno < f->copy_cursor)
 			tsm_file_mark_dirty(fs, f, blkno);
 		else if (blkno >= f->nblocks)

@@ -26,9 +26,14 @@
  *	- otherwise raise it by a quarter, up to the job's max_rate_mb (or
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
- *	- never below the floor: pg_tsmove.min_rate_mb, and 1.25 times the rate
- *	  at which writes make copied pages dirty again (in bytes: what a page
- *	  has cost so far, written and logged), so the move converges;
+ *	- never below the floor: pg_tsmove.min_rate_mb and, while catching up,
+ *	  TSM_PACER_CONVERGE times the rate at which the other sessions change
+ *	  the job's pages (the block references the mirror reads, in bytes at
+ *	  what a page has cost the job so far), so the catch-up converges.
+ *	  Not the rate of new dirty marks: those follow the copy itself (every
+ *	  page it cleans can be dirtied again), and a floor on them would ratchet
+ *	  up with the pace.  Nor during the bulk copy, where a change only adds
+ *	  to the backlog, which is bounded by the files' size;
  *	- when no other session runs transactions there is nothing to protect:
  *	  the pace is the ceiling at once, unthrottled by default.
  *
@@ -57,6 +62,8 @@
 /* A pace this high is no pace: the copy runs unthrottled. */
 #define TSM_PACER_UNTHROTTLED_MB 2048.0
 #define TSM_PACER_GROWTH 1.25
+/* The catch-up's floor: this many times the foreground's page changes. */
+#define TSM_PACER_CONVERGE 1.1
 
 void
 tsm_pacer_init(TsmPacer *pacer)
@@ -126,7 +133,12 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
 	if (now < TimestampTzPlusMilliseconds(settled, TSM_PACER_PROBE_MEASURE_MS))
 		return true;
 	tps = pacer->transactions / seconds_between(pacer->window_start, now);
-	pacer->base_tps = pacer->base_tps < 0 ? tps : (pacer->base_tps + tps) / 2;
+	/* smoothed, unless the foreground changed its mind: then at once */
+	if (pacer->base_tps < 0 || tps < TSM_PACER_IDLE_TPS ||
+		tps > 2 * pacer->base_tps || tps < pacer->base_tps / 2)
+		pacer->base_tps = tps;
+	else
+		pacer->base_tps = (pacer->base_tps + tps) / 2;
 	pacer->probe_start = 0;
 	pacer->next_probe = TimestampTzPlusMilliseconds(now, TSM_PACER_PROBE_EVERY_MS);
 	pacer->recent_tps[0] = pacer->recent_tps[1] = -1;
@@ -140,23 +152,27 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
+			 int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far,
+			 bool converging)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		tps = pacer->transactions / secs;
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
 	double		bytes_per_page;
-	double		dirtying_mb;
+	double		changing_mb;
 
 	/* what a page costs (written, and its compressed image in the WAL) */
 	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
 	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / secs / (1024.0 * 1024.0);
-	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / secs /
+	changing_mb = (changes_so_far - pacer->last_changes) * bytes_per_page / secs /
 		(1024.0 * 1024.0);
 	pacer->last_bytes = bytes_so_far;
-	pacer->last_dirtied = dirtied_so_far;
-	pacer->floor_mb = Min(Max(tsm_min_rate_mb, 1.25 * dirtying_mb), ceiling);
+	pacer->last_changes = changes_so_far;
+	pacer->floor_mb = tsm_min_rate_mb;
+	if (converging)
+		pacer->floor_mb = Max(pacer->floor_mb, TSM_PACER_CONVERGE * changing_mb);
+	pacer->floor_mb = Min(pacer->floor_mb, ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
 	pacer->recent_tps[1] = pacer->recent_tps[0];
@@ -170,7 +186,11 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		pacer->pace_mb = ceiling;
 		return false;
 	}
-	if (pacer->base_tps < 0 || now >= pacer->next_probe)
+	/*
+	 * Probe when due, when there is no baseline yet, and when the others
+	 * seem to have stopped (idle, or held up so much by the move?).
+	 */
+	if (pacer->base_tps < 0 || now >= pacer->next_probe || recent < TSM_PACER_IDLE_TPS)
 	{
 		pacer->probe_start = now;
 		return true;
@@ -206,7 +226,8 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
+			   int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far,
+			   bool converging)
 {
 	if (now >= pacer->next_sample)
 	{
@@ -217,7 +238,7 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
 		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
-							dirtied_so_far);
+							changes_so_far, converging);
 	return false;
 }
 
