@@ -133,6 +133,9 @@ def two_databases(primary):
     return primary
 
 
+# Adaptive pacing, held at 16 MB/s by min_rate_mb: under saturating load the
+# pacer would otherwise give way for longer than pgbench runs.
+@pytest.mark.pg_conf("pg_tsmove.min_rate_mb = 16")
 def test_relocation_under_load_in_two_databases(two_databases):
     """pgbench TPC-B runs in one database, the other holds every index
     type, TOAST, an unlogged table and a materialized view; the tablespace
