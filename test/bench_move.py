@@ -303,8 +303,8 @@ def loaded_move(c, method, target, load_seconds, workdir):
     sampler.stop.set()
     sampler.join()
     base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
-    mv = bench.window(r["start"], min(r["end"], bench.t_end))
-    after = bench.window(r["end"], min(r["end"] + 10, bench.t_end))
+    mv = bench.window(r["start"], min(r["end"], bench.t_last_tx))
+    after = bench.window(r["end"], min(r["end"] + 10, bench.t_last_tx))
     failed_total = bench.summary_number(
         r"^number of failed transactions: (\d+)", int)
     aborted = None

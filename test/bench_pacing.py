@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_move import (BASELINE_S, SERVER_CONF, TABLE, WARMUP_S, integrity,  # noqa: E402
                         machine_facts, other_ts, rel_size, run_tsmove,
                         table_tablespace)
-from benchlib import Pgbench, Sampler, fmt, log, verdict  # noqa: E402
+from benchlib import Pgbench, Sampler, fmt, log, start_writeback, verdict  # noqa: E402
 from pgcluster import Cluster, chown_to_server_user  # noqa: E402
 
 DISTURB_S = 30.0
@@ -82,7 +82,7 @@ class FileWriter(threading.Thread):
                     if not chunk:
                         break
                     os.pwrite(out, chunk, offset)
-                    os.sync_file_range(out, offset, len(chunk), os.SYNC_FILE_RANGE_WRITE)
+                    start_writeback(out, offset, len(chunk))
                     offset += len(chunk)
                     self.bytes += len(chunk)
                     since_sync += len(chunk)
@@ -143,11 +143,11 @@ def under_load(c, load_seconds, workdir, action):
     sampler.stop.set()
     sampler.join()
     base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
-    during = bench.window(r["start"], min(r["end"], bench.t_end))
+    during = bench.window(r["start"], min(r["end"], bench.t_last_tx))
     r.update({"baseline": base, "during": during,
               "tps_ratio": during["tps"] / base["tps"] if base["tps"] else None,
               "max_latency_ms": during["max_latency_ms"],
-              "finished_in_load": r["end"] <= bench.t_end,
+              "finished_in_load": r["end"] <= bench.t_last_tx,
               "pgbench_rc": bench.rc,
               "failed": bench.summary_number(r"^number of failed transactions: (\d+)", int),
               "samples": sampler.samples})

@@ -124,10 +124,10 @@ def under_load(c, name, seconds, workdir, action):
     sampler.stop.set()
     sampler.join()
     base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
-    during = bench.window(r["start"], min(r["end"], bench.t_end))
+    during = bench.window(r["start"], min(r["end"], bench.t_last_tx))
     r.update({
         "seconds": r["end"] - r["start"],
-        "ended_before_pgbench": r["end"] <= bench.t_end,
+        "ended_before_pgbench": r["end"] <= bench.t_last_tx,
         "baseline": base, "during": during,
         "tps_ratio": during["tps"] / base["tps"] if base["tps"] and during["tps"] else None,
         "max_latency_ms": during["max_latency_ms"],

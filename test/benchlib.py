@@ -13,6 +13,7 @@ pg_tsmove's sink does.  What it costs pgbench is what writing those bytes
 on this disk costs, whoever writes them.
 """
 
+import ctypes
 import datetime
 import os
 import re
@@ -25,6 +26,19 @@ import time
 from pgcluster import PG_BIN
 
 BLOCK = 8192
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd, offset, nbytes):
+    """sync_file_range(SYNC_FILE_RANGE_WRITE): start the kernel's writeback
+    of a range, as pg_tsmove's sink and checkpoint_flush_after do (Python's
+    os module has no sync_file_range)."""
+    _libc.sync_file_range(ctypes.c_int(fd), ctypes.c_longlong(offset),
+                          ctypes.c_longlong(nbytes),
+                          ctypes.c_uint(_SYNC_FILE_RANGE_WRITE))
 
 
 def log(msg):
@@ -70,6 +84,9 @@ class Pgbench:
                     lat = int(p[2]) / 1e6 if p[2].isdigit() else None
                     self.tx.append((end, lat))
         self.tx.sort()
+        # the end of the load: a move that outlasts pgbench is measured
+        # up to here, not to when wait() was called
+        self.t_last_tx = self.tx[-1][0] if self.tx else self.t_end
         shutil.rmtree(self.log_dir, ignore_errors=True)
         return self
 
@@ -205,9 +222,7 @@ class PacedCopier(threading.Thread):
                     if not chunk:
                         break
                     os.pwrite(out, chunk, offset)
-                    if hasattr(os, "sync_file_range"):
-                        os.sync_file_range(out, offset, len(chunk),
-                                           os.SYNC_FILE_RANGE_WRITE)
+                    start_writeback(out, offset, len(chunk))
                     offset += len(chunk)
                     self.bytes += len(chunk)
                     if self.rate > 0:
