@@ -26,14 +26,18 @@
  *	- otherwise raise it by a quarter, up to the job's max_rate_mb (or
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
- *	- never below the floor: pg_tsmove.min_rate_mb and, while catching up,
- *	  TSM_PACER_CONVERGE times the rate at which the other sessions change
- *	  the job's pages (the block references the mirror reads, in bytes at
- *	  what a page has cost the job so far), so the catch-up converges.
- *	  Not the rate of new dirty marks: those follow the copy itself (every
- *	  page it cleans can be dirtied again), and a floor on them would ratchet
- *	  up with the pace.  Nor during the bulk copy, where a change only adds
- *	  to the backlog, which is bounded by the files' size;
+ *	- never below the floor: pg_tsmove.min_rate_mb, and TSM_PACER_CONVERGE
+ *	  times the rate at which the other sessions change the job's pages
+ *	  (the block references the mirror reads, in bytes at what a page has
+ *	  cost the job so far).  A copy at R pages/s against C changes/s ends
+ *	  its catch-up only if R > C, after re-copying R/(R-C) times the
+ *	  backlog it started with; and a bulk copy slower than C leaves most of
+ *	  the pages behind its cursor dirty again.  Going slower there costs
+ *	  the others more in all, not less.  At 2C the catch-up re-copies twice
+ *	  its backlog and lasts as long as the foreground takes to change that
+ *	  many pages.  The floor does not follow the new dirty marks: those
+ *	  follow the copy itself (every page it cleans can be dirtied again),
+ *	  and a floor on them would ratchet up with the pace;
  *	- when no other session runs transactions there is nothing to protect:
  *	  the pace is the ceiling at once, unthrottled by default.
  *
@@ -62,8 +66,8 @@
 /* A pace this high is no pace: the copy runs unthrottled. */
 #define TSM_PACER_UNTHROTTLED_MB 2048.0
 #define TSM_PACER_GROWTH 1.25
-/* The catch-up's floor: this many times the foreground's page changes. */
-#define TSM_PACER_CONVERGE 1.1
+/* The floor: this many times the foreground's page changes. */
+#define TSM_PACER_CONVERGE 2.0
 
 void
 tsm_pacer_init(TsmPacer *pacer)
@@ -152,8 +156,7 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far,
-			 bool converging)
+			 int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		tps = pacer->transactions / secs;
@@ -169,10 +172,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		(1024.0 * 1024.0);
 	pacer->last_bytes = bytes_so_far;
 	pacer->last_changes = changes_so_far;
-	pacer->floor_mb = tsm_min_rate_mb;
-	if (converging)
-		pacer->floor_mb = Max(pacer->floor_mb, TSM_PACER_CONVERGE * changing_mb);
-	pacer->floor_mb = Min(pacer->floor_mb, ceiling);
+	pacer->floor_mb = Min(Max(tsm_min_rate_mb, TSM_PACER_CONVERGE * changing_mb), ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
 	pacer->recent_tps[1] = pacer->recent_tps[0];
@@ -226,8 +226,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far,
-			   bool converging)
+			   int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far)
 {
 	if (now >= pacer->next_sample)
 	{
@@ -238,7 +237,7 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
 		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
-							changes_so_far, converging);
+							changes_so_far);
 	return false;
 }
 

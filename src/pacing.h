@@ -42,7 +42,7 @@ typedef struct TsmPacer
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 						   int64 bytes_so_far, int64 pages_so_far,
-						   int64 changes_so_far, bool converging);
+						   int64 changes_so_far);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 
 #endif							/* TSM_PACING_H */
