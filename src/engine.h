@@ -152,7 +152,7 @@ extern void tsm_file_set_extent(TsmFileSet *fs, TsmFile *f,
 								BlockNumber nblocks, BlockNumber cursor);
 extern void tsm_file_set_when(TsmFileSet *fs, TsmFile *f, TsmCopyWhen when,
 							  bool permanent);
-extern void tsm_file_mark_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber blkno);
+extern bool tsm_file_mark_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber blkno);
 extern bool tsm_file_take_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber *blkno);
 extern void tsm_file_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks);
 extern void tsm_file_drop(TsmFileSet *fs, TsmFile *f);

@@ -134,8 +134,11 @@ tsm_file_set_when(TsmFileSet *fs, TsmFile *f, TsmCopyWhen when, bool permanent)
 	tsm_file_set_extent(fs, f, nblocks, cursor);
 }
 
-/* Mark a block copied earlier as changed since. */
-void
+/*
+ * Mark a block copied earlier as changed since.  Returns true if it was
+ * clean: one more page to copy again.
+ */
+bool
 tsm_file_mark_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber blkno)
 {
 	TsmDirtySet *set = &f->dirty;
@@ -161,7 +164,9 @@ tsm_file_mark_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber blkno)
 		set->words[word] |= bit;
 		set->count++;
 		fs->ctl->progress.dirty_backlog++;
+		return true;
 	}
+	return false;
 }
 
 /* Remove the lowest dirty block from the file's set; false if it is empty. */

@@ -38,9 +38,9 @@ struct TsmJobCtl
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
-	int64		foreground_changes; /* block changes of the job's files the
-									 * mirror has read: what the catch-up
-									 * must outpace */
+	int64		pages_dirtied;	/* copied pages the mirror saw the others
+								 * change while clean: what the copy must
+								 * outpace to converge */
 
 	/* the rate shown in the view */
 	TimestampTz rate_sample_time;

@@ -218,9 +218,11 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		}
 		if (f == NULL || f->gone)
 			continue;
-		fs->ctl->foreground_changes++;	/* for the pacing floor */
 		if (f->when == TSM_COPY_TRACKED && blkno < f->copy_cursor)
-			tsm_file_mark_dirty(fs, f, blkno);
+		{
+			if (tsm_file_mark_dirty(fs, f, blkno))
+				fs->ctl->pages_dirtied++;	/* for the pacing floor */
+		}
 		else if (blkno >= f->nblocks)
 			tsm_file_set_extent(fs, f, blkno + 1, f->copy_cursor);	/* it grew */
 		if (follow && heap_record && fork == MAIN_FORKNUM)
@@ -229,8 +231,9 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 			BlockNumber vm_blkno = blkno / TSM_HEAPBLOCKS_PER_VM_PAGE;
 
 			if (vm && !vm->gone && vm->when == TSM_COPY_TRACKED &&
-				vm_blkno < vm->copy_cursor)
-				tsm_file_mark_dirty(fs, vm, vm_blkno);
+				vm_blkno < vm->copy_cursor &&
+				tsm_file_mark_dirty(fs, vm, vm_blkno))
+				fs->ctl->pages_dirtied++;
 		}
 	}
 }

@@ -27,17 +27,17 @@
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
  *	- never below the floor: pg_tsmove.min_rate_mb, and TSM_PACER_CONVERGE
- *	  times the rate at which the other sessions change the job's pages
- *	  (the block references the mirror reads, in bytes at what a page has
- *	  cost the job so far).  A copy at R pages/s against C changes/s ends
- *	  its catch-up only if R > C, after re-copying R/(R-C) times the
- *	  backlog it started with; and a bulk copy slower than C leaves most of
- *	  the pages behind its cursor dirty again.  Going slower there costs
- *	  the others more in all, not less.  At 2C the catch-up re-copies twice
- *	  its backlog and lasts as long as the foreground takes to change that
- *	  many pages.  The floor does not follow the new dirty marks: those
- *	  follow the copy itself (every page it cleans can be dirtied again),
- *	  and a floor on them would ratchet up with the pace;
+ *	  times the rate at which the other sessions make copied pages dirty
+ *	  (clean pages the mirror saw changed, in bytes at what a page has cost
+ *	  the job so far; a hot page counts once until it is copied again).  A
+ *	  copy at R pages/s against C such pages/s ends its catch-up only if
+ *	  R > C, after re-copying R/(R-C) times the backlog it started with;
+ *	  and a bulk copy slower than C leaves most of the pages behind its
+ *	  cursor dirty again.  Going slower there costs the others more in all,
+ *	  not less.  At 2C the catch-up re-copies twice its backlog.  The floor
+ *	  counts the others' changes, never the copy's own work (an earlier
+ *	  floor on re-copies ratcheted up with the pace); it is bounded by the
+ *	  pages the others change;
  *	- when no other session runs transactions there is nothing to protect:
  *	  the pace is the ceiling at once, unthrottled by default.
  *
@@ -66,7 +66,7 @@
 /* A pace this high is no pace: the copy runs unthrottled. */
 #define TSM_PACER_UNTHROTTLED_MB 2048.0
 #define TSM_PACER_GROWTH 1.25
-/* The floor: this many times the foreground's page changes. */
+/* The floor: this many times the rate at which others dirty copied pages. */
 #define TSM_PACER_CONVERGE 2.0
 
 void
@@ -156,23 +156,23 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far)
+			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		tps = pacer->transactions / secs;
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
 	double		bytes_per_page;
-	double		changing_mb;
+	double		dirtying_mb;
 
 	/* what a page costs (written, and its compressed image in the WAL) */
 	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
 	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / secs / (1024.0 * 1024.0);
-	changing_mb = (changes_so_far - pacer->last_changes) * bytes_per_page / secs /
+	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / secs /
 		(1024.0 * 1024.0);
 	pacer->last_bytes = bytes_so_far;
-	pacer->last_changes = changes_so_far;
-	pacer->floor_mb = Min(Max(tsm_min_rate_mb, TSM_PACER_CONVERGE * changing_mb), ceiling);
+	pacer->last_dirtied = dirtied_so_far;
+	pacer->floor_mb = Min(Max(tsm_min_rate_mb, TSM_PACER_CONVERGE * dirtying_mb), ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
 	pacer->recent_tps[1] = pacer->recent_tps[0];
@@ -226,7 +226,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 pages_so_far, int64 changes_so_far)
+			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
 {
 	if (now >= pacer->next_sample)
 	{
@@ -237,7 +237,7 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
 		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
-							changes_so_far);
+							dirtied_so_far);
 	return false;
 }
 

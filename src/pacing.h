@@ -34,7 +34,7 @@ typedef struct TsmPacer
 
 	/* what the copy achieves and makes dirty, for the ceiling and floor */
 	int64		last_bytes;
-	int64		last_changes;
+	int64		last_dirtied;
 	double		achieved_mb;
 	double		floor_mb;
 } TsmPacer;
@@ -42,7 +42,7 @@ typedef struct TsmPacer
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 						   int64 bytes_so_far, int64 pages_so_far,
-						   int64 changes_so_far);
+						   int64 dirtied_so_far);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 
 #endif							/* TSM_PACING_H */
