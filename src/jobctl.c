@@ -288,7 +288,7 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
 						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
 						   ctl->progress.bytes_written / BLCKSZ,
-						   ctl->pages_dirtied);
+						   ctl->pages_changed);
 	pace = tsm_pacer_budget_mb(&ctl->pacer);
 	if (ctl->max_rate_mb > 0 && (pace == 0 || pace > ctl->max_rate_mb))
 		pace = ctl->max_rate_mb;

@@ -38,9 +38,8 @@ struct TsmJobCtl
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
-	int64		pages_dirtied;	/* copied pages the mirror saw the others
-								 * change while clean: what the copy must
-								 * outpace to converge */
+	int64		pages_changed;	/* changes by others that the copy must
+								 * outpace (mirror.c): the pacing floor */
 
 	/* the rate shown in the view */
 	TimestampTz rate_sample_time;

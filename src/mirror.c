@@ -218,13 +218,21 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		}
 		if (f == NULL || f->gone)
 			continue;
+		/*
+		 * For the pacing floor, the changes the copy must outpace: a copied
+		 * page made dirty (once until it is copied again, however hot), and
+		 * a change ahead of the cursor (pages the copy has yet to reach,
+		 * where the rate shows before it reaches them).  Not the growth.
+		 */
 		if (f->when == TSM_COPY_TRACKED && blkno < f->copy_cursor)
 		{
 			if (tsm_file_mark_dirty(fs, f, blkno))
-				fs->ctl->pages_dirtied++;	/* for the pacing floor */
+				fs->ctl->pages_changed++;
 		}
 		else if (blkno >= f->nblocks)
 			tsm_file_set_extent(fs, f, blkno + 1, f->copy_cursor);	/* it grew */
+		else if (f->when == TSM_COPY_TRACKED)
+			fs->ctl->pages_changed++;
 		if (follow && heap_record && fork == MAIN_FORKNUM)
 		{
 			TsmFile    *vm = tsm_fileset_find(fs, node, VISIBILITYMAP_FORKNUM);
@@ -233,7 +241,7 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 			if (vm && !vm->gone && vm->when == TSM_COPY_TRACKED &&
 				vm_blkno < vm->copy_cursor &&
 				tsm_file_mark_dirty(fs, vm, vm_blkno))
-				fs->ctl->pages_dirtied++;
+				fs->ctl->pages_changed++;
 		}
 	}
 }

@@ -27,17 +27,17 @@
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
  *	- never below the floor: pg_tsmove.min_rate_mb, and TSM_PACER_CONVERGE
- *	  times the rate at which the other sessions make copied pages dirty
- *	  (clean pages the mirror saw changed, in bytes at what a page has cost
- *	  the job so far; a hot page counts once until it is copied again).  A
- *	  copy at R pages/s against C such pages/s ends its catch-up only if
- *	  R > C, after re-copying R/(R-C) times the backlog it started with;
- *	  and a bulk copy slower than C leaves most of the pages behind its
- *	  cursor dirty again.  Going slower there costs the others more in all,
- *	  not less.  At 2C the catch-up re-copies twice its backlog.  The floor
- *	  counts the others' changes, never the copy's own work (an earlier
- *	  floor on re-copies ratcheted up with the pace); it is bounded by the
- *	  pages the others change;
+ *	  times the rate at which the other sessions change pages the copy
+ *	  must outpace (mirror.c counts them: a copied page made dirty, once
+ *	  until it is copied again however hot it is, and a change ahead of the
+ *	  cursor), in bytes at what a page has cost the job so far.  A copy at
+ *	  R pages/s against C changes/s ends its catch-up only if R > C, after
+ *	  re-copying R/(R-C) times the backlog it started with; and a bulk copy
+ *	  slower than C leaves most of the pages behind its cursor dirty again.
+ *	  Going slower there costs the others more in all, not less.  At 2C
+ *	  the catch-up re-copies twice its backlog.  The floor counts the
+ *	  others' changes, never the copy's own re-copies (a floor on those
+ *	  ratcheted up with the pace);
  *	- when no other session runs transactions there is nothing to protect:
  *	  the pace is the ceiling at once, unthrottled by default.
  *
@@ -66,7 +66,7 @@
 /* A pace this high is no pace: the copy runs unthrottled. */
 #define TSM_PACER_UNTHROTTLED_MB 2048.0
 #define TSM_PACER_GROWTH 1.25
-/* The floor: this many times the rate at which others dirty copied pages. */
+/* The floor: this many times the rate of the changes the copy must outpace. */
 #define TSM_PACER_CONVERGE 2.0
 
 void
