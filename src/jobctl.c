@@ -22,6 +22,13 @@
  * ahead of the current time by more than what was charged, so the sum of
  * the rates never exceeds the total over any window longer than a chunk.
  *
+ * A switch takes its locks through tsm_ctl_lock_all_or_none(), in a
+ * subtransaction: a lock not granted in time rolls back only that, and the
+ * caller commits.  Rolling back the main transaction instead would release
+ * the job's session locks as well (ProcReleaseLocks releases session locks
+ * at a main-transaction abort), and nothing would keep DDL off the
+ * relations until the next switch.
+ *
  * tsmove.pause() sets a flag in the slot; tsm_ctl_check() copies it to
  * ctl->pause_requested, the throttle then returns at once, and the worker
  * holds still at its next pause point (worker.c).
@@ -40,6 +47,8 @@
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -368,4 +377,58 @@ tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled)
 		tsm_ctl_throttle(ctl, BLCKSZ + wal_delta);
 	else
 		ctl->budget_spent += BLCKSZ + wal_delta;
+}
+
+/*
+ * Take nlocks locks, each through take_lock(arg, i) and within
+ * pg_tsmove.switch_lock_timeout; all or none.  Called in a transaction,
+ * which stays open either way.  Returns true with the locks held in it and
+ * lock_timeout back at 0 (the switch's own catalog updates must not time
+ * out); false, with none of them held and *failed_at the index of the lock
+ * that was not granted in time, if one was not: the caller then ends the
+ * transaction with a commit, which keeps the session locks.  Any other
+ * error propagates.  lock_timeout is SET LOCAL to the transaction.
+ */
+bool
+tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
+						 int nlocks, int *failed_at)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	char		timeout[32];
+	volatile int next = 0;
+	volatile bool locked = true;
+
+	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		for (next = 0; next < nlocks; next++)
+			take_lock(arg, next);
+		ReleaseCurrentSubTransaction();		/* the locks pass to the caller's */
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		locked = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	*failed_at = next;
+	if (locked)
+		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	return locked;
 }

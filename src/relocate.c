@@ -1029,6 +1029,14 @@ note_contended(TsmJob *job, const LOCKTAG *tag)
 	st->ncontended = Min(st->ncontended + 1, 8);
 }
 
+static void
+lock_relation(void *arg, int i)
+{
+	TsmRelocation *st = (TsmRelocation *) arg;
+
+	(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+}
+
 /*
  * switch_lock: look up every relation once more, then take
  * AccessExclusiveLock on each, those contended before first, then in
@@ -1040,10 +1048,7 @@ relocate_switch_lock(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
-	MemoryContext cxt;
-	char		timeout[32];
-	volatile bool locked = true;
-	volatile int next = 0;
+	int			failed_at;
 	int			n = 0;
 
 	StartTransactionCommand();
@@ -1071,34 +1076,11 @@ relocate_switch_lock(TsmJob *job)
 
 	order_by_contention(st);
 
-	cxt = CurrentMemoryContext;
-	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
-	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	PG_TRY();
-	{
-		for (next = 0; next < st->nlocked; next++)
-			(void) LockAcquire(&st->locked[next], AccessExclusiveLock, false, false);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		FlushErrorState();
-		FreeErrorData(edata);
-		AbortCurrentTransaction();
-		note_contended(job, &st->locked[next]);
-		locked = false;
-	}
-	PG_END_TRY();
-	if (locked)
-		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
-	return locked;
+	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, &failed_at))
+		return true;
+	note_contended(job, &st->locked[failed_at]);
+	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
+	return false;
 }
 
 static bool
@@ -1309,10 +1291,11 @@ relocate_switch_check(TsmJob *job)
 	return adopt_unlisted_files(job);
 }
 
+/* A commit, not an abort: that would release the session lock too. */
 static void
 relocate_switch_release(TsmJob *job)
 {
-	AbortCurrentTransaction();
+	CommitTransactionCommand();
 }
 
 /* Copy a whole file with plain I/O; for files the set does not know. */

@@ -156,54 +156,33 @@ cancel_blocking_autovacuum(TsmJob *job)
 	}
 }
 
+static void
+lock_member(void *arg, int i)
+{
+	TsmRelMove *move = (TsmRelMove *) arg;
+
+	LockRelationOid(move->members[i].relid, AccessExclusiveLock);
+}
+
 /*
  * Start the switch transaction and take AccessExclusiveLock on every
  * member, waiting at most switch_lock_timeout for each.  Returns false,
- * with no transaction open, if a lock was not granted in time.
- *
- * lock_timeout is set for this transaction only (SET LOCAL), so no error
- * can leave it set for the rest of the worker's life, and back to 0 once
- * the locks are held: the switch's own catalog updates must not time out.
+ * with no transaction open and the session locks still held, if a lock
+ * was not granted in time.
  */
 bool
 tsm_relation_switch_lock(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
-	MemoryContext cxt;
-	char		timeout[32];
-	volatile bool locked = true;
+	int			failed_at;
 
 	collect_cached_blocks(job);
 	StartTransactionCommand();
-	cxt = CurrentMemoryContext;
-	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
-	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	PG_TRY();
-	{
-		for (int i = 0; i < move->nmembers; i++)
-			LockRelationOid(move->members[i].relid, AccessExclusiveLock);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		FlushErrorState();
-		FreeErrorData(edata);
-		AbortCurrentTransaction();
-		locked = false;
-	}
-	PG_END_TRY();
-	if (!locked)
-		cancel_blocking_autovacuum(job);
-	if (locked)
-		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
-	return locked;
+	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, &failed_at))
+		return true;
+	CommitTransactionCommand();
+	cancel_blocking_autovacuum(job);
+	return false;
 }
 
 /* Under the locks: the FSM and VM forks, if any, are copied whole. */
@@ -235,11 +214,14 @@ tsm_relation_switch_check(TsmJob *job)
 	return true;
 }
 
-/* tsm_relation_switch_check never says no; for the interface's sake. */
+/*
+ * tsm_relation_switch_check never says no; for the interface's sake.  A
+ * commit, not an abort: that would release the session locks too.
+ */
 void
 tsm_relation_switch_release(TsmJob *job)
 {
-	AbortCurrentTransaction();
+	CommitTransactionCommand();
 }
 
 /*

@@ -63,6 +63,15 @@ def wait_for_state(cluster, job, states, timeout_s=60, dbname="postgres"):
         what="job %s to reach %s" % (job, states))
 
 
+def worker_lock_modes(cluster, lock_filter, params=()):
+    """The granted modes of the locks a pg_tsmove worker holds that match
+    lock_filter (SQL over pg_locks l)."""
+    return sorted(r[0] for r in cluster.sql(
+        "SELECT l.mode FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a "
+        "USING (pid) WHERE a.backend_type = 'pg_tsmove worker' AND l.granted AND "
+        + lock_filter, params))
+
+
 def tablespace_of(cluster, rel):
     """Name of the tablespace rel lives in (the default resolved)."""
     return cluster.sql_scalar("""

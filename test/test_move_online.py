@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from moves import (assert_moved_cleanly, job_row, start_move, tablespace_of,
-                   wait_for, wait_for_state, wait_job)
+                   wait_for, wait_for_state, wait_job, worker_lock_modes)
 
 SCALE = 20
 CLIENTS = 4
@@ -185,6 +185,9 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     row = job_row(primary, job)
     assert row["state"] == "catching_up", row
     assert "could not get the exclusive lock" in (row["error"] or "")
+    # the failed attempts kept the move's session lock (an aborted main
+    # transaction would have released it, letting DDL in under the move)
+    assert worker_lock_modes(primary, "l.relation = 'hot'::regclass") == ["AccessShareLock"]
     blocker.rollback()
     blocker.close()
 

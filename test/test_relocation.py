@@ -17,7 +17,8 @@ import time
 import psycopg
 import pytest
 
-from moves import job_row, start_move, tablespace_of, wait_for, wait_for_state, wait_job
+from moves import (job_row, start_move, tablespace_of, wait_for, wait_for_state, wait_job,
+                   worker_lock_modes)
 from pgcluster import chown_to_server_user, make_server_dir
 
 SECOND_DB = "second"
@@ -316,6 +317,11 @@ def test_ddl_during_relocation(primary):
                    what="the switch to wait for the open transaction")
     assert row["state"] == "catching_up"
     assert location_of(primary, "ts_a") == old_dir
+    # the switch attempts given up kept the job's lock on the tablespace
+    assert worker_lock_modes(
+        primary, "l.locktype = 'object' AND l.classid = 'pg_catalog.pg_tablespace'::regclass "
+        "AND l.objid = (SELECT oid FROM pg_catalog.pg_tablespace WHERE spcname = 'ts_a')") \
+        == ["ExclusiveLock"]
     opener.commit()
     opener.close()
     assert wait_job(primary, job, 60) == "done", job_row(primary, job)
