@@ -56,6 +56,8 @@
 
 #define TSM_PACER_SAMPLE_MS 10
 #define TSM_PACER_DECISION_MS 500
+/* The first decision comes sooner: an idle server gets the ceiling at once. */
+#define TSM_PACER_FIRST_DECISION_MS 100
 #define TSM_PACER_PROBE_EVERY_MS 5000
 #define TSM_PACER_PROBE_SETTLE_MS 150
 #define TSM_PACER_PROBE_MEASURE_MS 400
@@ -78,7 +80,7 @@ tsm_pacer_init(TsmPacer *pacer)
 	pacer->watched = Min(MaxConnections, TSM_PACER_MAX_BACKENDS);
 	pacer->window_start = GetCurrentTimestamp();
 	pacer->next_decision = TimestampTzPlusMilliseconds(pacer->window_start,
-													   TSM_PACER_DECISION_MS);
+													   TSM_PACER_FIRST_DECISION_MS);
 }
 
 /* Add up how far the regular backends' local transaction ids moved. */
