@@ -49,53 +49,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_move import (BASELINE_S, SERVER_CONF, TABLE, WARMUP_S, integrity,  # noqa: E402
                         machine_facts, other_ts, rel_size, run_tsmove,
                         table_tablespace)
-from benchlib import Pgbench, Sampler, fmt, log, start_writeback, verdict  # noqa: E402
+from benchlib import PacedCopier, Pgbench, Sampler, fmt, log, verdict  # noqa: E402
 from pgcluster import Cluster, chown_to_server_user  # noqa: E402
 
 DISTURB_S = 30.0
 TARGET_TPS_RATIO = 0.90
 TARGET_MAX_LATENCY_MS = 100.0
 MB = 1024 * 1024
-
-
-class FileWriter(threading.Thread):
-    """Copy files into dest at rate MB/s, writeback every 64 blocks, fsync
-    every 64 MB, for at most seconds."""
-
-    def __init__(self, files, dest, rate, seconds):
-        super().__init__(daemon=True)
-        self.files, self.dest, self.rate, self.seconds = files, dest, rate, seconds
-        self.bytes = 0
-
-    def run(self):
-        os.makedirs(self.dest, exist_ok=True)
-        t0 = time.time()
-        chunk_size = 64 * 8192
-        since_sync = 0
-        for i, path in enumerate(self.files):
-            out = os.open(os.path.join(self.dest, "%06d" % i),
-                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            offset = 0
-            with open(path, "rb") as src:
-                while time.time() - t0 < self.seconds:
-                    chunk = src.read(chunk_size)
-                    if not chunk:
-                        break
-                    os.pwrite(out, chunk, offset)
-                    start_writeback(out, offset, len(chunk))
-                    offset += len(chunk)
-                    self.bytes += len(chunk)
-                    since_sync += len(chunk)
-                    if since_sync >= 64 * MB:
-                        os.fsync(out)
-                        since_sync = 0
-                    due = t0 + self.bytes / (self.rate * MB)
-                    time.sleep(max(0.0, due - time.time()))
-            os.fsync(out)
-            os.close(out)
-            if time.time() - t0 >= self.seconds:
-                break
-        shutil.rmtree(self.dest, ignore_errors=True)
 
 
 class WalWriter(threading.Thread):
@@ -161,7 +121,8 @@ def floor_run(c, kind, load_seconds, workdir):
             dest = os.path.join(os.path.dirname(c.sql_scalar(
                 "SELECT pg_tablespace_location(oid) FROM pg_tablespace "
                 "WHERE spcname = 'ts_b'")), "floor_scratch")
-            w = FileWriter(relation_files(c), dest, 64, DISTURB_S)
+            w = PacedCopier(relation_files(c), dest, 64, max_seconds=DISTURB_S,
+                            fsync_every=64 * MB)
         else:
             w = WalWriter(c, 64 if "64" in kind else 8, DISTURB_S)
         w.start()

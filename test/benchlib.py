@@ -198,26 +198,33 @@ class Sampler(threading.Thread):
 class PacedCopier(threading.Thread):
     """Copy files into directory dest at rate_mb_s (0: as fast as it can),
     in 64-block chunks, starting writeback of each chunk and fsyncing each
-    file at its end.  After join(): bytes, seconds, rate_mb_s."""
+    file at its end, and every fsync_every bytes if given; stop after
+    max_seconds if given (the next file is not started, the current one is
+    cut short).  After join(): bytes, seconds, rate_mb_s."""
 
     CHUNK = 64 * BLOCK
 
-    def __init__(self, files, dest, rate_mb_s):
+    def __init__(self, files, dest, rate_mb_s, max_seconds=None, fsync_every=None):
         super().__init__(daemon=True)
         self.files, self.dest, self.rate = files, dest, rate_mb_s
+        self.max_seconds, self.fsync_every = max_seconds, fsync_every
         self.bytes = 0
         self.seconds = None
         self.start_time = self.end_time = None
 
+    def _out_of_time(self):
+        return self.max_seconds is not None and time.time() - self.start_time >= self.max_seconds
+
     def run(self):
         os.makedirs(self.dest, exist_ok=True)
         self.start_time = time.time()
+        since_sync = 0
         for i, path in enumerate(self.files):
             out = os.open(os.path.join(self.dest, "%06d" % i),
                           os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with open(path, "rb") as src:
                 offset = 0
-                while True:
+                while not self._out_of_time():
                     chunk = src.read(self.CHUNK)
                     if not chunk:
                         break
@@ -225,11 +232,17 @@ class PacedCopier(threading.Thread):
                     start_writeback(out, offset, len(chunk))
                     offset += len(chunk)
                     self.bytes += len(chunk)
+                    since_sync += len(chunk)
+                    if self.fsync_every and since_sync >= self.fsync_every:
+                        os.fsync(out)
+                        since_sync = 0
                     if self.rate > 0:
                         due = self.start_time + self.bytes / (self.rate * 2**20)
                         time.sleep(max(0.0, due - time.time()))
             os.fsync(out)
             os.close(out)
+            if self._out_of_time():
+                break
         self.end_time = time.time()
         self.seconds = self.end_time - self.start_time
         shutil.rmtree(self.dest, ignore_errors=True)
