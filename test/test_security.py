@@ -106,6 +106,9 @@ def test_no_grants_means_no_entry(attacked):
             "SELECT tsmove.move('trap.mine', 'ts_b')",
             "SELECT tsmove.cancel(1)",
             "SELECT tsmove.set_rate(1, 1)",
+            "SELECT tsmove.pause(1)",
+            "SELECT tsmove.resume(1)",
+            "SELECT tsmove.purge_jobs('0 s')",
             "SELECT * FROM tsmove.job_progress()",
             "SELECT tsmove.queue_note()",
             "SELECT * FROM tsmove.jobs",
@@ -134,7 +137,8 @@ def test_operator_hijack_through_every_entry_point(attacked):
     entry point with its operators first in search_path: the traps never
     run as anyone but the attacker, and its move still works."""
     for function in ("move(regclass, name, text, numeric, boolean)",
-                     "cancel(bigint)", "set_rate(bigint, numeric)"):
+                     "cancel(bigint)", "set_rate(bigint, numeric)", "pause(bigint)",
+                     "resume(bigint)", "purge_jobs(interval)"):
         attacked.sql("GRANT EXECUTE ON FUNCTION tsmove.%s TO %s" % (function, ATTACKER))
     attacked.sql("GRANT CREATE ON TABLESPACE ts_b TO %s" % ATTACKER)
     expected = attacked.row_hash("trap.mine", "id")
@@ -143,6 +147,8 @@ def test_operator_hijack_through_every_entry_point(attacked):
     assert not isinstance(rows, psycopg.Error), rows
     job = rows[0][0]
     wait_for_state(attacked, job, ("copying", "catching_up"), 30)
+    assert as_attacker(attacked, "SELECT tsmove.pause(%s)", (job,)) == [(True,)]
+    assert as_attacker(attacked, "SELECT tsmove.resume(%s)", (job,)) == [(True,)]
     assert as_attacker(attacked, "SELECT tsmove.set_rate(%s, 2)", (job,)) == [(True,)]
     assert as_attacker(attacked, "SELECT tsmove.cancel(%s)", (job,)) == [(True,)]
     assert as_attacker(attacked, "SELECT tsmove.wait(%s)", (job,)) == [("cancelled",)]
@@ -157,6 +163,11 @@ def test_operator_hijack_through_every_entry_point(attacked):
     assert tablespace_of(attacked, "trap.mine") == "ts_b"
     assert attacked.amcheck(relations=["trap.mine"]) == []
     assert attacked.orphan_files() == []
+    before = attacked.sql_scalar("SELECT count(*) FROM tsmove.job")
+    purged = as_attacker(attacked, "SELECT tsmove.purge_jobs('0 s')")
+    assert not isinstance(purged, psycopg.Error), purged
+    after = attacked.sql_scalar("SELECT count(*) FROM tsmove.job")
+    assert purged[0][0] == before - after >= 2
     assert_no_escalation(attacked)
 
 
@@ -165,7 +176,8 @@ def test_other_roles_jobs_and_relations(attacked):
     else's relation cannot be moved, and move() refuses before it would
     lock the relation: a lock held on it does not make the attacker wait."""
     for function in ("move(regclass, name, text, numeric, boolean)",
-                     "cancel(bigint)", "set_rate(bigint, numeric)"):
+                     "cancel(bigint)", "set_rate(bigint, numeric)", "pause(bigint)",
+                     "resume(bigint)", "purge_jobs(interval)"):
         attacked.sql("GRANT EXECUTE ON FUNCTION tsmove.%s TO %s" % (function, ATTACKER))
     attacked.sql("GRANT CREATE ON TABLESPACE ts_b TO %s" % ATTACKER)
     job = start_move(attacked, "victim", "ts_b", max_rate_mb=1)
@@ -175,6 +187,8 @@ def test_other_roles_jobs_and_relations(attacked):
     assert_refused(as_attacker(attacked, "SELECT tsmove.wait(%s)", (job,)), "42501")
     assert_refused(as_attacker(attacked, "SELECT tsmove.cancel(%s)", (job,)), "42501")
     assert_refused(as_attacker(attacked, "SELECT tsmove.set_rate(%s, 0)", (job,)), "42501")
+    assert_refused(as_attacker(attacked, "SELECT tsmove.pause(%s)", (job,)), "42501")
+    assert_refused(as_attacker(attacked, "SELECT tsmove.resume(%s)", (job,)), "42501")
     after = job_row(attacked, job)
     assert after["state"] == "copying" and after["error"] == before["error"]
     assert attacked.sql_scalar("SELECT max_rate_mb_s FROM tsmove.jobs WHERE job_id = %s",
@@ -182,6 +196,9 @@ def test_other_roles_jobs_and_relations(attacked):
 
     assert attacked.sql_scalar("SELECT tsmove.cancel(%s)", (job,)) is True
     assert wait_job(attacked, job, 30) == "cancelled"
+    # purge_jobs() of the attacker leaves others' ended jobs alone
+    assert as_attacker(attacked, "SELECT tsmove.purge_jobs('0 s')") == [(0,)]
+    assert job_row(attacked, job)["state"] == "cancelled"
     with attacked.conn(autocommit=False) as holder:
         holder.execute("LOCK TABLE victim IN ACCESS EXCLUSIVE MODE")
         result = as_attacker(attacked, "SET statement_timeout = '5s'; "
