@@ -79,6 +79,7 @@ tsm_pacer_init(TsmPacer *pacer)
 	pacer->base_tps = -1;
 	pacer->watched = Min(MaxConnections, TSM_PACER_MAX_BACKENDS);
 	pacer->window_start = GetCurrentTimestamp();
+	pacer->counters_read = pacer->window_start;
 	pacer->next_decision = TimestampTzPlusMilliseconds(pacer->window_start,
 													   TSM_PACER_FIRST_DECISION_MS);
 }
@@ -161,6 +162,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
 {
 	double		secs = seconds_between(pacer->window_start, now);
+	double		counted_secs = seconds_between(pacer->counters_read, now);
 	double		tps = pacer->transactions / secs;
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
@@ -169,9 +171,11 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 
 	/* what a page costs (written, and its compressed image in the WAL) */
 	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
-	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / secs / (1024.0 * 1024.0);
-	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / secs /
+	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / counted_secs /
 		(1024.0 * 1024.0);
+	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / counted_secs /
+		(1024.0 * 1024.0);
+	pacer->counters_read = now;
 	pacer->last_bytes = bytes_so_far;
 	pacer->last_dirtied = dirtied_so_far;
 	pacer->floor_mb = Min(Max(tsm_min_rate_mb, TSM_PACER_CONVERGE * dirtying_mb), ceiling);

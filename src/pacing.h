@@ -32,7 +32,12 @@ typedef struct TsmPacer
 	TimestampTz probe_start;	/* 0: no probe under way */
 	TimestampTz next_probe;
 
-	/* what the copy achieves and makes dirty, for the ceiling and floor */
+	/*
+	 * What the copy achieves and makes dirty, for the ceiling and floor:
+	 * the counters as they were at counters_read (a probe may lie between
+	 * two decisions, so this is not the window's start).
+	 */
+	TimestampTz counters_read;
 	int64		last_bytes;
 	int64		last_dirtied;
 	double		achieved_mb;
