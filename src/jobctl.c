@@ -380,8 +380,9 @@ tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled)
 }
 
 /*
- * Take nlocks locks, each through take_lock(arg, i) and within
- * pg_tsmove.switch_lock_timeout; all or none.  Called in a transaction,
+ * Take nlocks locks, each through take_lock(arg, i) and within timeout_ms
+ * (pg_tsmove.switch_lock_timeout, or longer for an attempt that has just
+ * cancelled its blockers); all or none.  Called in a transaction,
  * which stays open either way.  Returns true with the locks held in it and
  * lock_timeout back at 0 (the switch's own catalog updates must not time
  * out); false, with none of them held and *failed_at the index of the lock
@@ -391,7 +392,7 @@ tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled)
  */
 bool
 tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
-						 int nlocks, int *failed_at)
+						 int nlocks, int timeout_ms, int *failed_at)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -399,7 +400,7 @@ tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
 	volatile int next = 0;
 	volatile bool locked = true;
 
-	snprintf(timeout, sizeof(timeout), "%d", tsm_switch_lock_timeout_ms);
+	snprintf(timeout, sizeof(timeout), "%d", timeout_ms);
 	(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	BeginInternalSubTransaction(NULL);

@@ -66,7 +66,7 @@ extern void tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes);
 extern void tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase);
 extern void tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...) pg_attribute_printf(2, 3);
 extern bool tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
-									 int nlocks, int *failed_at);
+									 int nlocks, int timeout_ms, int *failed_at);
 
 /* the worker's SIGTERM */
 extern void tsm_ctl_sigterm(SIGNAL_ARGS);

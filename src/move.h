@@ -72,6 +72,8 @@ struct TsmJob
 	const TsmFrontEnd *front;
 	void	   *state;			/* the front end's */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
+	TimestampTz switch_blocked_since;	/* first failed switch attempt, or 0 */
+	bool		blockers_refusal_logged;	/* switch.c said it may not cancel */
 	bool		switch_committed;	/* the new files are the ones in use */
 	MemoryContext cxt;			/* lives as long as the job */
 };

@@ -38,6 +38,7 @@ void		_PG_init(void);
 
 double		tsm_max_rate_mb = 0.0;
 int			tsm_switch_lock_timeout_ms = 20;
+int			tsm_switch_cancel_blockers_after_ms = -1;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;
 bool		tsm_yield_to_ddl = true;
@@ -260,6 +261,16 @@ _PG_init(void)
 							"so each attempt gives up after this long, keeps mirroring and tries again.",
 							&tsm_switch_lock_timeout_ms,
 							20, 1, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.switch_cancel_blockers_after",
+							"Time a switch may stay blocked before it cancels the queries that block it.",
+							"Once a relation move's switch has failed for this long, each attempt first "
+							"cancels the queries holding locks on the relation, when the job's submitter "
+							"may signal their sessions (as with pg_cancel_backend). -1 never cancels.",
+							&tsm_switch_cancel_blockers_after_ms,
+							-1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

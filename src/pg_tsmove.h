@@ -163,6 +163,7 @@ typedef struct TsmShared
 /* pg_tsmove.c: GUCs, shared memory */
 extern double tsm_max_rate_mb;
 extern int	tsm_switch_lock_timeout_ms;
+extern int	tsm_switch_cancel_blockers_after_ms;
 extern int	tsm_max_workers;
 extern int	tsm_switch_backlog_blocks;
 extern bool tsm_yield_to_ddl;

@@ -1076,7 +1076,8 @@ relocate_switch_lock(TsmJob *job)
 
 	order_by_contention(st);
 
-	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, &failed_at))
+	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked,
+								 tsm_switch_lock_timeout_ms, &failed_at))
 		return true;
 	note_contended(job, &st->locked[failed_at]);
 	CommitTransactionCommand();		/* not an abort: it keeps the session lock */

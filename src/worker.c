@@ -289,7 +289,8 @@ try_switch(TsmJob *job)
 			tsm_ctl_note(&job->ctl,
 						 "switch attempt %d could not get the exclusive lock within %d ms: sessions hold "
 						 "it longer; raising pg_tsmove.switch_lock_timeout lets the switch wait for them "
-						 "(later queries wait as long)",
+						 "(later queries wait as long), pg_tsmove.switch_cancel_blockers_after cancels "
+						 "their queries",
 						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
 		return false;
 	}

@@ -200,6 +200,69 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     assert_moved_cleanly(primary, "hot", "ts_b")
 
 
+class LongReader(threading.Thread):
+    """A query that reads `rel` and sleeps: it holds AccessShareLock on rel
+    while it runs.  Records how it ended (its SQLSTATE, None if it
+    finished) and how long it ran."""
+
+    def __init__(self, cluster, rel, seconds, user=None):
+        super().__init__(daemon=True)
+        self.conn = cluster.conn(user=user) if user else cluster.conn()
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.rel, self.seconds = rel, seconds
+        self.sqlstate, self.ran_s = "not run", None
+
+    def run(self):
+        t0 = time.monotonic()
+        try:
+            self.conn.execute("SELECT pg_sleep(%s) FROM %s LIMIT 1" % (self.seconds, self.rel))
+            self.sqlstate = None
+        except psycopg.Error as error:
+            self.sqlstate = error.sqlstate
+        self.ran_s = time.monotonic() - t0
+        self.conn.close()
+
+
+def start_long_reader(cluster, rel, seconds, user=None):
+    reader = LongReader(cluster, rel, seconds, user)
+    reader.start()
+    wait_for(lambda: cluster.sql_scalar(
+        "SELECT count(*) FROM pg_locks WHERE pid = %s AND relation = %s::regclass",
+        (reader.pid, rel)) == 1, 10, what="the reader's lock")
+    return reader
+
+
+def set_cancel_blockers_after(cluster, value):
+    cluster.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = %s" % value)
+    cluster.sql("SELECT pg_reload_conf()")
+
+
+def test_switch_cancels_blocking_queries_only_when_asked(primary):
+    """A running query that outlasts every switch attempt starves the
+    switch by default.  With pg_tsmove.switch_cancel_blockers_after set,
+    an attempt cancels it once the switch has been blocked that long, and
+    the move switches; the cancel is logged, and the data is intact."""
+    primary.sql("CREATE TABLE read_hot (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO read_hot SELECT g, 0 FROM generate_series(1, 50000) g")
+    expected = primary.row_hash("read_hot", "id")
+    reader = start_long_reader(primary, "read_hot", 120)
+    job = start_move(primary, "read_hot", "ts_b", max_rate_mb=0)
+    wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 3, 30,
+             what="three switch attempts")
+    time.sleep(1.5)
+    assert reader.is_alive(), "the reader ended although cancelling is off"
+    assert job_row(primary, job)["state"] == "catching_up"
+
+    set_cancel_blockers_after(primary, "'1s'")
+    assert wait_job(primary, job, 60) == "done"
+    reader.join(10)
+    assert reader.sqlstate == "57014", reader.sqlstate      # query_canceled
+    assert reader.ran_s < 60, reader.ran_s
+    assert "cancelling the query of PID %d" % reader.pid in primary.log_contents()
+    assert primary.row_hash("read_hot", "id") == expected
+    assert_moved_cleanly(primary, "read_hot", "ts_b")
+
+
 def test_rate_is_never_exceeded(primary):
     """Over any 5 s window, pages plus WAL written stay within the rate;
     tsmove.set_rate() changes it while the move runs."""

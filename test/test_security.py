@@ -211,6 +211,41 @@ def test_other_roles_jobs_and_relations(attacked):
     assert_no_escalation(attacked)
 
 
+def test_switch_cancels_only_what_the_submitter_may(attacked):
+    """With pg_tsmove.switch_cancel_blockers_after set, the switch of the
+    attacker's move cancels the queries blocking it as pg_cancel_backend()
+    run by the attacker would: the attacker's own, never a superuser's nor
+    another role's.  The move waits for those to end."""
+    from test_move_online import set_cancel_blockers_after, start_long_reader
+    attacked.sql("GRANT EXECUTE ON FUNCTION tsmove.move(regclass, name, text, numeric, boolean) "
+                 "TO %s" % ATTACKER)
+    attacked.sql("GRANT CREATE ON TABLESPACE ts_b TO %s" % ATTACKER)
+    attacked.sql("CREATE ROLE tsm_bystander LOGIN")
+    attacked.sql("GRANT USAGE ON SCHEMA trap TO tsm_bystander", user=ATTACKER)
+    attacked.sql("GRANT SELECT ON trap.mine TO tsm_bystander", user=ATTACKER)
+    set_cancel_blockers_after(attacked, "0")
+    superuser_reader = start_long_reader(attacked, "trap.mine", 10)
+    bystander_reader = start_long_reader(attacked, "trap.mine", 10, user="tsm_bystander")
+    job = as_attacker(attacked, "SELECT tsmove.move('trap.mine', 'ts_b', max_rate_mb => 0)")[0][0]
+    wait_for(lambda: job_row(attacked, job)["switch_attempts"] >= 3, 30,
+             what="three switch attempts")
+    own_reader = start_long_reader(attacked, "trap.mine", 120, user=ATTACKER)
+
+    assert wait_job(attacked, job, 60) == "done"
+    for reader in (superuser_reader, bystander_reader, own_reader):
+        reader.join(10)
+    assert superuser_reader.sqlstate is None and superuser_reader.ran_s >= 9.5
+    assert bystander_reader.sqlstate is None and bystander_reader.ran_s >= 9.5
+    assert own_reader.sqlstate == "57014", own_reader.sqlstate
+    log = attacked.log_contents()
+    assert "cancelling the query of PID %d" % own_reader.pid in log
+    assert "its submitter may not signal them" in log
+    for reader in (superuser_reader, bystander_reader):
+        assert "cancelling the query of PID %d" % reader.pid not in log
+    assert tablespace_of(attacked, "trap.mine") == "ts_b"
+    assert_no_escalation(attacked)
+
+
 def test_database_search_path_hijack_of_worker_and_recovery(primary):
     """The attacker owns a database and sets its search_path to its trap
     schema (ALTER DATABASE ... SET, which a database owner may do).  The
