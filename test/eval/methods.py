@@ -21,6 +21,10 @@ streams around it.
                     switch waits for the SELECTs that hold B (each runs for
                     seconds, and with the default 20 ms the switch's lock is
                     never granted while two of them overlap).
+    tsmove_online_cancel
+                    the same with pg_tsmove.switch_cancel_blockers_after =
+                    5s: once the switch has been blocked 5 s, each attempt
+                    cancels the SELECTs that hold B, then takes the lock.
     tsmove_quiesce  mode => 'quiesce' (switch_lock_timeout = 30s too): writes
                     to B wait during the copy (the essay's method 1, quiesce
                     and copy).
@@ -263,6 +267,8 @@ def run_offline_copy(run):
 
 # Long enough for the SELECTs running when the switch asks for its lock to end.
 PATIENT_SWITCH = "pg_tsmove.switch_lock_timeout = '30s'"
+# The other way out: cancel the SELECTs that keep blocking the switch.
+CANCEL_BLOCKERS = "pg_tsmove.switch_cancel_blockers_after = '5s'"
 
 METHODS = [
     Method("relocate", "tsmove.relocate_tablespace(tsb), switch_lock_timeout 30s",
@@ -274,6 +280,9 @@ METHODS = [
     Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",
            "per-relation dual-write move, switch waits for readers",
            tsmove_move("online"), server_conf=(PATIENT_SWITCH,)),
+    Method("tsmove_online_cancel", "tsmove.move(b), online, switch_cancel_blockers_after 5s",
+           "per-relation dual-write move, switch cancels the readers that block it",
+           tsmove_move("online"), server_conf=(CANCEL_BLOCKERS,)),
     Method("tsmove_quiesce", "tsmove.move(b), quiesce, switch_lock_timeout 30s",
            "method 1: quiesce and copy", tsmove_move("quiesce"),
            server_conf=(PATIENT_SWITCH,)),
