@@ -35,6 +35,7 @@
 #ifndef TSM_MOVE_H
 #define TSM_MOVE_H
 
+#include "blockers.h"
 #include "engine.h"
 #include "jobrecord.h"
 
@@ -72,8 +73,7 @@ struct TsmJob
 	const TsmFrontEnd *front;
 	void	   *state;			/* the front end's */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
-	TimestampTz switch_blocked_since;	/* first failed switch attempt, or 0 */
-	bool		blockers_refusal_logged;	/* switch.c said it may not cancel */
+	TsmSwitchBlock block;		/* since when the switch is blocked (blockers.c) */
 	bool		switch_committed;	/* the new files are the ones in use */
 	MemoryContext cxt;			/* lives as long as the job */
 };

@@ -1041,13 +1041,16 @@ lock_relation(void *arg, int i)
  * switch_lock: look up every relation once more, then take
  * AccessExclusiveLock on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
- * none.
+ * none.  As for a relation move, autovacuum that blocks it is cancelled,
+ * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
+ * has passed (blockers.c).
  */
 static bool
 relocate_switch_lock(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
+	int			timeout_ms = tsm_switch_lock_timeout_ms;
 	int			failed_at;
 	int			n = 0;
 
@@ -1076,11 +1079,16 @@ relocate_switch_lock(TsmJob *job)
 
 	order_by_contention(st);
 
-	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked,
-								 tsm_switch_lock_timeout_ms, &failed_at))
+	job->block.job_id = job->row.job_id;
+	job->block.what = job->row.relname;
+	job->block.submitted_by = job->row.submitted_by;
+	if (tsm_cancel_blocking_queries(&job->block, st->locked, st->nlocked) > 0)
+		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
 		return true;
 	note_contended(job, &st->locked[failed_at]);
 	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
+	tsm_switch_attempt_failed(&job->block, st->locked, st->nlocked);
 	return false;
 }
 

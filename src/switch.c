@@ -21,7 +21,8 @@
  *	   blocked for pg_tsmove.switch_cancel_blockers_after (off by default),
  *	   an attempt first cancels the queries of the client sessions that
  *	   block it, those the job's submitter may signal, and waits a little
- *	   longer: long overlapping readers would otherwise starve the switch.
+ *	   longer: long overlapping readers would otherwise starve the switch
+ *	   (blockers.c).
  *	2. tsm_relation_switch_check: the FSM and VM forks join the files, to
  *	   be copied whole (neither can be mirrored: the FSM is not WAL-logged,
  *	   VM bit clears carry no block reference of the VM).
@@ -44,12 +45,9 @@
  */
 #include "postgres.h"
 
-#include <signal.h>
-
 #include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/catalog.h"
-#include "catalog/pg_authid.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/storage.h"
@@ -61,7 +59,6 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/smgr.h"
-#include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -69,10 +66,8 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "blockers.h"
 #include "move.h"
-
-/* After cancelling its blockers, an attempt waits this long for them to end. */
-#define TSM_CANCEL_GRACE_MS 200
 
 /*
  * Remember which blocks of each member's old main fork are in shared
@@ -121,164 +116,20 @@ collect_cached_blocks(TsmJob *job)
 	}
 }
 
-/* A session whose lock on a member blocks the switch. */
-typedef struct TsmBlocker
+/* The lock tags of the members, for blockers.c. */
+static LOCKTAG *
+member_lock_tags(TsmRelMove *move)
 {
-	int			pid;
-	Oid			role;			/* its session user; InvalidOid if none */
-	uint8		status_flags;	/* PROC_IS_AUTOVACUUM, ... */
-	bool		background_worker;
-} TsmBlocker;
-
-/*
- * The sessions holding a lock on a member that conflicts with the switch's
- * AccessExclusiveLock, each once.  A prepared transaction (no process) and
- * a holder that has moved on to another transaction are left out.
- */
-static List *
-switch_blockers(TsmJob *job)
-{
-	TsmRelMove *move = (TsmRelMove *) job->state;
-	List	   *blockers = NIL;
+	LOCKTAG    *tags = palloc(sizeof(LOCKTAG) * move->nmembers);
 
 	for (int i = 0; i < move->nmembers; i++)
 	{
-		LOCKTAG		tag;
-		VirtualTransactionId *holders;
+		LOCKTAG		tag;		/* the macro evaluates its target many times */
 
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, move->members[i].relid);
-		for (holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
-			 VirtualTransactionIdIsValid(*holders); holders++)
-		{
-			PGPROC	   *proc = tsm_vxid_proc(*holders);
-			TsmBlocker	b = {0};
-			ListCell   *lc;
-			bool		listed = false;
-
-			if (proc == NULL)
-				continue;
-			LWLockAcquire(ProcArrayLock, LW_SHARED);
-			if (TSM_PROC_LXID(proc) == holders->localTransactionId)
-			{
-				b.pid = proc->pid;
-				b.role = proc->roleId;
-				b.status_flags = proc->statusFlags;
-				b.background_worker = proc->isBackgroundWorker;
-			}
-			LWLockRelease(ProcArrayLock);
-			if (b.pid == 0 || b.pid == MyProcPid)
-				continue;
-			foreach(lc, blockers)
-				listed |= ((TsmBlocker *) lfirst(lc))->pid == b.pid;
-			if (!listed)
-				blockers = lappend(blockers, memcpy(palloc(sizeof(b)), &b, sizeof(b)));
-		}
+		tags[i] = tag;
 	}
-	return blockers;
-}
-
-/*
- * Cancel the autovacuum workers whose locks block the switch, as
- * ProcSleep() does for a lock request that waited deadlock_timeout; never
- * one that prevents wraparound.
- */
-static void
-cancel_blocking_autovacuum(TsmJob *job)
-{
-	ListCell   *lc;
-
-	foreach(lc, switch_blockers(job))
-	{
-		TsmBlocker *b = lfirst(lc);
-
-		if ((b->status_flags & PROC_IS_AUTOVACUUM) &&
-			!(b->status_flags & PROC_VACUUM_FOR_WRAPAROUND))
-		{
-			ereport(LOG,
-					(errmsg("pg_tsmove: cancelling autovacuum of \"%s\" (PID %d), which blocks the switch of job %lld",
-							job->row.relname, b->pid, (long long) job->row.job_id)));
-			(void) kill(b->pid, SIGINT);
-		}
-	}
-}
-
-/*
- * Whether the job's submitter may cancel a session's query: the rule of
- * pg_cancel_backend().  A superuser's session, or one with no role, only
- * for a superuser; another for a member of its role or of
- * pg_signal_backend.  Needs a transaction (catalog lookups).
- */
-static bool
-submitter_may_signal(TsmJob *job, Oid role)
-{
-	Oid			submitter = job->row.submitted_by;
-
-	if ((!OidIsValid(role) || superuser_arg(role)) && !superuser_arg(submitter))
-		return false;
-	return has_privs_of_role(submitter, role) ||
-		has_privs_of_role(submitter, ROLE_PG_SIGNAL_BACKEND);
-}
-
-/*
- * pg_tsmove.switch_cancel_blockers_after: the switch has been blocked that
- * long, so cancel the queries of the client sessions whose locks block it,
- * those the submitter may signal.  Background workers are left alone
- * (autovacuum has its own rule above).  A session idle in a transaction
- * ignores a cancel, as it ignores pg_cancel_backend():
- * idle_in_transaction_session_timeout is what ends those.  Returns how
- * how many were cancelled.  Each cancel is logged, and those it may not
- * send are logged once.
- */
-static int
-cancel_blocking_queries(TsmJob *job)
-{
-	List	   *blockers = switch_blockers(job);
-	ListCell   *lc;
-	StringInfoData refused;
-	int			cancelled = 0;
-
-	if (blockers == NIL)
-		return 0;
-	initStringInfo(&refused);
-	StartTransactionCommand();
-	foreach(lc, blockers)
-	{
-		TsmBlocker *b = lfirst(lc);
-
-		if (b->background_worker || (b->status_flags & PROC_IS_AUTOVACUUM))
-			continue;
-		if (!submitter_may_signal(job, b->role))
-		{
-			appendStringInfo(&refused, "%s%d", refused.len ? ", " : "", b->pid);
-			continue;
-		}
-		ereport(LOG,
-				(errmsg("pg_tsmove: cancelling the query of PID %d, whose lock has blocked the switch of job %lld on \"%s\" for %d ms or more",
-						b->pid, (long long) job->row.job_id, job->row.relname,
-						tsm_switch_cancel_blockers_after_ms)));
-		(void) kill(b->pid, SIGINT);
-		cancelled++;
-	}
-	CommitTransactionCommand();
-	if (refused.len > 0 && !job->blockers_refusal_logged)
-	{
-		ereport(LOG,
-				(errmsg("pg_tsmove: not cancelling PIDs %s, which block the switch of job %lld on \"%s\": its submitter may not signal them",
-						refused.data, (long long) job->row.job_id, job->row.relname)));
-		job->blockers_refusal_logged = true;
-	}
-	pfree(refused.data);
-	return cancelled;
-}
-
-/* Whether the switch has been blocked long enough to cancel its blockers. */
-static bool
-cancelling_is_due(TsmJob *job)
-{
-	return tsm_switch_cancel_blockers_after_ms >= 0 &&
-		job->switch_blocked_since != 0 &&
-		TimestampDifferenceExceeds(job->switch_blocked_since, GetCurrentTimestamp(),
-								   tsm_switch_cancel_blockers_after_ms);
+	return tags;
 }
 
 static void
@@ -293,29 +144,30 @@ lock_member(void *arg, int i)
  * Start the switch transaction and take AccessExclusiveLock on every
  * member, waiting at most switch_lock_timeout for each.  Once the switch
  * has been blocked for switch_cancel_blockers_after, the attempt first
- * cancels the blocking queries, then waits up to TSM_CANCEL_GRACE_MS for
- * them to end (later queries queue behind its request meanwhile, so they
- * cannot take the lock first).  Returns false, with no transaction open
- * and the session locks still held, if a lock was not granted in time.
+ * cancels the blocking queries and waits up to TSM_CANCEL_GRACE_MS
+ * (blockers.c).  Returns false, with no transaction open and the session
+ * locks still held, if a lock was not granted in time.
  */
 bool
 tsm_relation_switch_lock(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
+	LOCKTAG    *tags = member_lock_tags(move);
 	int			timeout_ms = tsm_switch_lock_timeout_ms;
 	int			failed_at;
 
+	job->block.job_id = job->row.job_id;
+	job->block.what = job->row.relname;
+	job->block.submitted_by = job->row.submitted_by;
 	collect_cached_blocks(job);
-	if (cancelling_is_due(job) && cancel_blocking_queries(job) > 0)
-		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	StartTransactionCommand();
+	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
+		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, timeout_ms,
 								 &failed_at))
 		return true;
 	CommitTransactionCommand();
-	if (job->switch_blocked_since == 0)
-		job->switch_blocked_since = GetCurrentTimestamp();
-	cancel_blocking_autovacuum(job);
+	tsm_switch_attempt_failed(&job->block, tags, move->nmembers);
 	return false;
 }
 

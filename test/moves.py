@@ -13,7 +13,10 @@ in ts_a, with an index and TOASTed rows): make_table() creates it and
 returns its row hash, assert_intact_in() checks it afterwards.
 """
 
+import threading
 import time
+
+import psycopg
 
 JOB_COLUMNS = ("state", "blocks_total", "blocks_copied", "blocks_recopied",
                "dirty_backlog", "bytes_written", "wal_bytes", "switch_attempts",
@@ -124,3 +127,40 @@ def move_again_succeeds(cluster, expected_hash):
     assert wait_job(cluster, job, 120) == "done", job_row(cluster, job)
     assert cluster.row_hash("victim", "id") == expected_hash
     assert_moved_cleanly(cluster, "victim", "ts_b")
+
+
+class LongReader(threading.Thread):
+    """A query that reads `rel` and sleeps: it holds AccessShareLock on rel
+    while it runs.  Records how it ended (its SQLSTATE, None if it
+    finished) and how long it ran."""
+
+    def __init__(self, cluster, rel, seconds, user=None, dbname="postgres"):
+        super().__init__(daemon=True)
+        self.conn = cluster.conn(dbname, user=user) if user else cluster.conn(dbname)
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.rel, self.seconds = rel, seconds
+        self.sqlstate, self.ran_s = "not run", None
+
+    def run(self):
+        t0 = time.monotonic()
+        try:
+            self.conn.execute("SELECT pg_sleep(%s) FROM %s LIMIT 1" % (self.seconds, self.rel))
+            self.sqlstate = None
+        except psycopg.Error as error:
+            self.sqlstate = error.sqlstate
+        self.ran_s = time.monotonic() - t0
+        self.conn.close()
+
+
+def start_long_reader(cluster, rel, seconds, user=None, dbname="postgres"):
+    reader = LongReader(cluster, rel, seconds, user, dbname)
+    reader.start()
+    wait_for(lambda: cluster.sql_scalar(
+        "SELECT count(*) FROM pg_locks WHERE pid = %s AND relation = %s::regclass",
+        (reader.pid, rel), dbname=dbname) == 1, 10, what="the reader's lock")
+    return reader
+
+
+def set_cancel_blockers_after(cluster, value):
+    cluster.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = %s" % value)
+    cluster.sql("SELECT pg_reload_conf()")

@@ -13,7 +13,7 @@ import pytest
 
 from pgcluster import chown_to_server_user, make_server_dir
 
-from moves import (assert_intact_in, assert_moved_cleanly, job_row, make_table,
+from moves import (assert_intact_in, job_row, make_table,
                    move_again_succeeds, move_victim_while_copying, start_move,
                    tablespace_of, wait_for, wait_for_state, wait_job)
 

@@ -12,8 +12,9 @@ import time
 import psycopg
 import pytest
 
-from moves import (assert_moved_cleanly, job_row, start_move, tablespace_of,
-                   wait_for, wait_for_state, wait_job, worker_lock_modes)
+from moves import (assert_moved_cleanly, job_row, set_cancel_blockers_after, start_long_reader,
+                   start_move, tablespace_of, wait_for, wait_for_state, wait_job,
+                   worker_lock_modes)
 
 SCALE = 20
 CLIENTS = 4
@@ -198,43 +199,6 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     assert worst_ms < 250, worst_ms
     assert primary.sql_scalar("SELECT sum(n) FROM hot") == 200
     assert_moved_cleanly(primary, "hot", "ts_b")
-
-
-class LongReader(threading.Thread):
-    """A query that reads `rel` and sleeps: it holds AccessShareLock on rel
-    while it runs.  Records how it ended (its SQLSTATE, None if it
-    finished) and how long it ran."""
-
-    def __init__(self, cluster, rel, seconds, user=None):
-        super().__init__(daemon=True)
-        self.conn = cluster.conn(user=user) if user else cluster.conn()
-        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        self.rel, self.seconds = rel, seconds
-        self.sqlstate, self.ran_s = "not run", None
-
-    def run(self):
-        t0 = time.monotonic()
-        try:
-            self.conn.execute("SELECT pg_sleep(%s) FROM %s LIMIT 1" % (self.seconds, self.rel))
-            self.sqlstate = None
-        except psycopg.Error as error:
-            self.sqlstate = error.sqlstate
-        self.ran_s = time.monotonic() - t0
-        self.conn.close()
-
-
-def start_long_reader(cluster, rel, seconds, user=None):
-    reader = LongReader(cluster, rel, seconds, user)
-    reader.start()
-    wait_for(lambda: cluster.sql_scalar(
-        "SELECT count(*) FROM pg_locks WHERE pid = %s AND relation = %s::regclass",
-        (reader.pid, rel)) == 1, 10, what="the reader's lock")
-    return reader
-
-
-def set_cancel_blockers_after(cluster, value):
-    cluster.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = %s" % value)
-    cluster.sql("SELECT pg_reload_conf()")
 
 
 def test_switch_cancels_blocking_queries_only_when_asked(primary):

@@ -10,16 +10,14 @@ fraction of what it moved.
 """
 
 import os
-import subprocess
-import threading
 import time
 
 import psycopg
 import pytest
 
-from moves import (job_row, start_move, tablespace_of, wait_for, wait_for_state, wait_job,
-                   worker_lock_modes)
-from pgcluster import chown_to_server_user, make_server_dir
+from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
+                   wait_for, wait_for_state, wait_job, worker_lock_modes)
+from pgcluster import make_server_dir
 
 SECOND_DB = "second"
 
@@ -338,6 +336,34 @@ def test_ddl_during_relocation(primary):
     primary.start()
     assert primary.sql("SELECT count(*) FROM held_open") == [(3000,)]
     assert primary.row_hash("big", "id") == big
+
+
+def test_relocation_cancels_blocking_queries_when_asked(primary):
+    """A query in another database that outlasts every switch attempt
+    starves a relocation by default; with
+    pg_tsmove.switch_cancel_blockers_after set it is cancelled (across
+    databases) and the relocation switches."""
+    expected = make_relocatable_table(primary)
+    primary.sql("CREATE DATABASE %s" % SECOND_DB)
+    primary.sql("CREATE TABLE held (id int) TABLESPACE ts_a;"
+                "INSERT INTO held SELECT generate_series(1, 1000)", dbname=SECOND_DB)
+    old_dir = location_of(primary, "ts_a")
+    new_dir = new_location(primary, "relocated")
+    reader = start_long_reader(primary, "held", 120, dbname=SECOND_DB)
+    job = relocate(primary, "ts_a", new_dir)
+    wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 3, 60,
+             what="three switch attempts")
+    time.sleep(1.5)
+    assert reader.is_alive(), "the reader ended although cancelling is off"
+
+    set_cancel_blockers_after(primary, "'1s'")
+    assert wait_job(primary, job, 120) == "done"
+    reader.join(10)
+    assert reader.sqlstate == "57014", reader.sqlstate
+    assert "cancelling the query of PID %d" % reader.pid in primary.log_contents()
+    assert primary.row_hash("victim", "id") == expected
+    assert primary.sql_scalar("SELECT count(*) FROM held", dbname=SECOND_DB) == 1000
+    assert_relocated(primary, "ts_a", old_dir, new_dir, job)
 
 
 def test_refusals(primary, clusters):

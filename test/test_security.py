@@ -10,12 +10,11 @@ every attack the attacker is not superuser and the log holds only calls the
 attacker made as itself.  Refusals carry their SQLSTATE and change nothing.
 """
 
-import threading
-
 import psycopg
 import pytest
 
-from moves import job_row, start_move, tablespace_of, wait_for, wait_for_state, wait_job
+from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
+                   tablespace_of, wait_for, wait_for_state, wait_job)
 
 ATTACKER = "tsm_attacker"
 
@@ -216,7 +215,6 @@ def test_switch_cancels_only_what_the_submitter_may(attacked):
     attacker's move cancels the queries blocking it as pg_cancel_backend()
     run by the attacker would: the attacker's own, never a superuser's nor
     another role's.  The move waits for those to end."""
-    from test_move_online import set_cancel_blockers_after, start_long_reader
     attacked.sql("GRANT EXECUTE ON FUNCTION tsmove.move(regclass, name, text, numeric, boolean) "
                  "TO %s" % ATTACKER)
     attacked.sql("GRANT CREATE ON TABLESPACE ts_b TO %s" % ATTACKER)

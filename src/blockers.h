@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * blockers.h
+ *	  The sessions whose locks block a switch, and cancelling them
+ *	  (blockers.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_BLOCKERS_H
+#define TSM_BLOCKERS_H
+
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+
+/* After cancelling its blockers, an attempt waits this long for them to end. */
+#define TSM_CANCEL_GRACE_MS 200
+/* Blocking transactions remembered from one failed attempt to the next. */
+#define TSM_MAX_REMEMBERED_BLOCKERS 64
+
+/* What a switch tells blockers.c about itself. */
+typedef struct TsmSwitchBlock
+{
+	int64		job_id;
+	const char *what;			/* the relation's or tablespace's name */
+	Oid			submitted_by;	/* cancels only what this role may */
+	TimestampTz blocked_since;	/* first failed attempt, or 0 */
+	bool		refusal_logged; /* "may not signal" was logged */
+	/* the client transactions that blocked the last failed attempt */
+	int			nblockers;
+	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
+} TsmSwitchBlock;
+
+extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
+									  const LOCKTAG *tags, int ntags);
+extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
+										const LOCKTAG *tags, int ntags);
+
+#endif							/* TSM_BLOCKERS_H */
