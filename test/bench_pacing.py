@@ -5,7 +5,7 @@ pacing and with a fixed rate, read against floors measured in the same run.
 Run as root from the repository (the extension must be installed):
 
     python3 test/bench_pacing.py [--scales 20,50] [--load-seconds 120]
-                                 [--floor-reps 2] [--keep]
+                                 [--floor-reps 2] [--move-reps 1] [--keep]
 
 Not a pytest module: it measures rather than asserts, for about half an
 hour.  For each scale it starts a throwaway cluster (bench_move.py's
@@ -27,6 +27,9 @@ a 15 s baseline window:
     adaptive       pg_tsmove.pacing = adaptive, no ceiling (the default);
     for each: TPS during the move / baseline, worst latency of the
     transactions overlapping the move, move duration, the pace chosen;
+    repeated --move-reps times (each a fresh pgbench run, the table moving
+    back and forth), with the median and range of each in a summary:
+    single runs of the same move vary by 10-20 points on a 2-core VM;
 and once, idle (no pgbench): adaptive against fixed unthrottled (rate 0),
 wall time of each.
 
@@ -40,6 +43,7 @@ import datetime
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -210,6 +214,25 @@ def report(res):
                             "" if mv["label"] != "adaptive" else verdict(ok_lat),
                             mv["seconds"], "" if mv["ok"] else " FAILED"))
     lines.append("")
+    lines.append("| scale | move | runs | TPS ratio median (min-max) | target | "
+                 "max latency ms median (max) | duration s median (min-max) |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for sc in res["scales"]:
+        for label in ("fixed 64", "adaptive"):
+            runs = [mv for mv in sc["moves"] if mv["label"] == label and mv["tps_ratio"] is not None]
+            if not runs:
+                continue
+            ratios = [mv["tps_ratio"] for mv in runs]
+            lat = [mv["max_latency_ms"] for mv in runs]
+            secs = [mv["seconds"] for mv in runs]
+            lines.append("| %d | tsmove %s | %d | %.2f (%.2f-%.2f) | %s | %.0f (%.0f) | %.1f (%.1f-%.1f) |"
+                         % (sc["scale"], label, len(runs), statistics.median(ratios), min(ratios),
+                            max(ratios),
+                            "" if label != "adaptive"
+                            else verdict(statistics.median(ratios) >= TARGET_TPS_RATIO),
+                            statistics.median(lat), max(lat), statistics.median(secs),
+                            min(secs), max(secs)))
+    lines.append("")
     lines.append("| idle (scale %d) | duration s | state |" % res["idle_scale"])
     lines.append("|---|---|---|")
     for r in res["idle"]:
@@ -234,11 +257,12 @@ def run_scale(args, scale, base, res, rc):
             for kind in ("file 64 MB/s", "WAL 64 MB/s", "WAL 8 MB/s"):
                 sc["floors"].append(floor_run(c, kind, int(WARMUP_S + BASELINE_S
                                                            + DISTURB_S + 5), base))
-        for label in ("fixed 64", "adaptive"):
-            r = move_run(c, label, args.load_seconds, base)
-            sc["moves"].append(r)
-            if not r["ok"] or not r["integrity"]["ok"]:
-                rc = 1
+        for rep in range(args.move_reps):
+            for label in ("fixed 64", "adaptive"):
+                r = move_run(c, label, args.load_seconds, base)
+                sc["moves"].append(r)
+                if not r["ok"] or not r["integrity"]["ok"]:
+                    rc = 1
         if scale == max(args.scales):
             res["idle_scale"] = scale
             for label in ("fixed unthrottled", "adaptive"):
@@ -259,6 +283,7 @@ def main():
     ap.add_argument("--scales", default="20,50")
     ap.add_argument("--load-seconds", type=int, default=120)
     ap.add_argument("--floor-reps", type=int, default=2)
+    ap.add_argument("--move-reps", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "bench_results", "pacing_latest.json"))
@@ -270,7 +295,8 @@ def main():
     os.chmod(base, 0o755)
     chown_to_server_user(base)
     res = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
-           "load_seconds": args.load_seconds, "scales": [], "idle": []}
+           "load_seconds": args.load_seconds, "move_reps": args.move_reps,
+           "scales": [], "idle": []}
     rc = 0
     t0 = time.monotonic()
     try:
