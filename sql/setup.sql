@@ -11,6 +11,7 @@ ALTER EXTENSION pg_tsmove SET SCHEMA public;
 -- GUCs
 SHOW pg_tsmove.max_rate_mb;
 SHOW pg_tsmove.switch_lock_timeout;
+SHOW pg_tsmove.switch_cancel_blockers_after;
 SHOW pg_tsmove.max_workers;
 SHOW pg_tsmove.switch_backlog_blocks;
 SHOW pg_tsmove.yield_to_ddl;
