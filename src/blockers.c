@@ -38,6 +38,7 @@
 
 #include <signal.h>
 
+#include "access/xlog.h"
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
@@ -71,9 +72,9 @@ find_blockers(const LOCKTAG *tags, int ntags)
 
 	for (int i = 0; i < ntags; i++)
 	{
-		VirtualTransactionId *holders;
+		VirtualTransactionId *conflicts = GetLockConflicts(&tags[i], AccessExclusiveLock, NULL);
 
-		for (holders = GetLockConflicts(&tags[i], AccessExclusiveLock, NULL);
+		for (VirtualTransactionId *holders = conflicts;
 			 VirtualTransactionIdIsValid(*holders); holders++)
 		{
 			PGPROC	   *proc = tsm_vxid_proc(*holders);
@@ -100,6 +101,9 @@ find_blockers(const LOCKTAG *tags, int ntags)
 			if (!listed)
 				blockers = lappend(blockers, memcpy(palloc(sizeof(b)), &b, sizeof(b)));
 		}
+		/* a fresh array, except in hot standby, where no job runs */
+		if (!RecoveryInProgress())
+			pfree(conflicts);
 	}
 	return blockers;
 }
@@ -132,12 +136,13 @@ blocked_last_attempt(const TsmSwitchBlock *block, VirtualTransactionId vxid)
 void
 tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
+	List	   *blockers = find_blockers(tags, ntags);
 	ListCell   *lc;
 
 	if (block->blocked_since == 0)
 		block->blocked_since = GetCurrentTimestamp();
 	block->nblockers = 0;
-	foreach(lc, find_blockers(tags, ntags))
+	foreach(lc, blockers)
 	{
 		TsmBlocker *b = lfirst(lc);
 
@@ -153,6 +158,7 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 				 block->nblockers < TSM_MAX_REMEMBERED_BLOCKERS)
 			block->blockers[block->nblockers++] = b->vxid;
 	}
+	list_free_deep(blockers);
 }
 
 /* pg_cancel_backend()'s rule, for the submitter.  Needs a transaction. */
@@ -175,14 +181,16 @@ submitter_may_signal(Oid submitter, Oid role)
 int
 tsm_cancel_blocking_queries(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
+	List	   *blockers;
 	ListCell   *lc;
 	StringInfoData refused;
 	int			cancelled = 0;
 
 	if (!cancelling_is_due(block))
 		return 0;
+	blockers = find_blockers(tags, ntags);
 	initStringInfo(&refused);
-	foreach(lc, find_blockers(tags, ntags))
+	foreach(lc, blockers)
 	{
 		TsmBlocker *b = lfirst(lc);
 
@@ -208,5 +216,6 @@ tsm_cancel_blocking_queries(TsmSwitchBlock *block, const LOCKTAG *tags, int ntag
 		block->refusal_logged = true;
 	}
 	pfree(refused.data);
+	list_free_deep(blockers);
 	return cancelled;
 }

@@ -165,9 +165,13 @@ tsm_relation_switch_lock(TsmJob *job)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, timeout_ms,
 								 &failed_at))
+	{
+		pfree(tags);
 		return true;
+	}
 	CommitTransactionCommand();
 	tsm_switch_attempt_failed(&job->block, tags, move->nmembers);
+	pfree(tags);
 	return false;
 }
 
