@@ -108,6 +108,17 @@ find_blockers(const LOCKTAG *tags, int ntags)
 	return blockers;
 }
 
+/* A job's switch, not blocked yet. */
+void
+tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id, const char *what,
+					  Oid submitted_by)
+{
+	memset(block, 0, sizeof(*block));
+	block->job_id = job_id;
+	block->what = what;
+	block->submitted_by = submitted_by;
+}
+
 /* Whether the switch has been blocked long enough to cancel its blockers. */
 static bool
 cancelling_is_due(const TsmSwitchBlock *block)

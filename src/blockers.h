@@ -31,6 +31,8 @@ typedef struct TsmSwitchBlock
 	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
 } TsmSwitchBlock;
 
+extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
+								  const char *what, Oid submitted_by);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,

@@ -266,9 +266,10 @@ _PG_init(void)
 
 	DefineCustomIntVariable("pg_tsmove.switch_cancel_blockers_after",
 							"Time a switch may stay blocked before it cancels the queries that block it.",
-							"Once a relation move's switch has failed for this long, each attempt first "
-							"cancels the queries holding locks on the relation, when the job's submitter "
-							"may signal their sessions (as with pg_cancel_backend). -1 never cancels.",
+							"Once a switch (of a relation move or a relocation) has been blocked this long, each "
+							"attempt first cancels the queries of the transactions that blocked the previous "
+							"attempt too, when the job's submitter may signal their sessions (as with "
+							"pg_cancel_backend). -1 never cancels.",
 							&tsm_switch_cancel_blockers_after_ms,
 							-1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,

@@ -1079,9 +1079,6 @@ relocate_switch_lock(TsmJob *job)
 
 	order_by_contention(st);
 
-	job->block.job_id = job->row.job_id;
-	job->block.what = job->row.relname;
-	job->block.submitted_by = job->row.submitted_by;
 	if (tsm_cancel_blocking_queries(&job->block, st->locked, st->nlocked) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))

@@ -156,9 +156,6 @@ tsm_relation_switch_lock(TsmJob *job)
 	int			timeout_ms = tsm_switch_lock_timeout_ms;
 	int			failed_at;
 
-	job->block.job_id = job->row.job_id;
-	job->block.what = job->row.relname;
-	job->block.submitted_by = job->row.submitted_by;
 	collect_cached_blocks(job);
 	StartTransactionCommand();
 	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
