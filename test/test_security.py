@@ -13,7 +13,7 @@ attacker made as itself.  Refusals carry their SQLSTATE and change nothing.
 import psycopg
 import pytest
 
-from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
+from moves import (assert_moved_cleanly, job_row, set_cancel_blockers_after, start_long_reader, start_move,
                    tablespace_of, wait_for, wait_for_state, wait_job)
 
 ATTACKER = "tsm_attacker"
@@ -221,6 +221,7 @@ def test_switch_cancels_only_what_the_submitter_may(attacked):
     attacked.sql("CREATE ROLE tsm_bystander LOGIN")
     attacked.sql("GRANT USAGE ON SCHEMA trap TO tsm_bystander", user=ATTACKER)
     attacked.sql("GRANT SELECT ON trap.mine TO tsm_bystander", user=ATTACKER)
+    expected = attacked.row_hash("trap.mine", "id")
     set_cancel_blockers_after(attacked, "0")
     superuser_reader = start_long_reader(attacked, "trap.mine", 10)
     bystander_reader = start_long_reader(attacked, "trap.mine", 10, user="tsm_bystander")
@@ -240,7 +241,8 @@ def test_switch_cancels_only_what_the_submitter_may(attacked):
     assert "its submitter may not signal them" in log
     for reader in (superuser_reader, bystander_reader):
         assert "cancelling the query of PID %d" % reader.pid not in log
-    assert tablespace_of(attacked, "trap.mine") == "ts_b"
+    assert attacked.row_hash("trap.mine", "id") == expected
+    assert_moved_cleanly(attacked, "trap.mine", "ts_b")
     assert_no_escalation(attacked)
 
 
