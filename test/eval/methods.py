@@ -44,6 +44,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from moves import poll_job
 from pgcluster import PG_BIN
 
 
@@ -105,8 +106,7 @@ def _wait_jobs(run, first_job, tr):
     states = {}
     for job in jobs:
         left = max(1.0, deadline - time.time())
-        states[job] = run.cluster.sql_scalar(
-            "SELECT tsmove.wait(%s, make_interval(secs => %s))", (job, left))
+        states[job] = poll_job(run.cluster, job, left)    # see moves.poll_job
         if states[job] != "done":
             break
     tr.end = time.time()
@@ -120,8 +120,7 @@ def _wait_jobs(run, first_job, tr):
                         "cancelled" % run.transition_timeout)
             run.cluster.sql_scalar("SELECT tsmove.cancel(%s)", (first_job,))
             for job in jobs:
-                run.cluster.sql_scalar(
-                    "SELECT tsmove.wait(%s, make_interval(secs => 120))", (job,))
+                poll_job(run.cluster, job, 120)
     tr.details["jobs"] = _job_rows(run.cluster, jobs)
     return tr
 
