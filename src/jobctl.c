@@ -289,6 +289,7 @@ charge_total_budget(TsmJobCtl *ctl, int64 bytes)
 static double
 budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 {
+	bool		catching_up = (ctl->progress.state == TSM_CATCHING_UP);
 	double		pace;
 
 	*hold = false;
@@ -297,7 +298,13 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
 						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
 						   ctl->progress.bytes_written / BLCKSZ,
-						   ctl->pages_changed);
+						   ctl->pages_changed,
+						   catching_up ? ctl->progress.dirty_backlog : 0);
+	if (catching_up && tsm_pacer_sprint(&ctl->pacer, ctl->progress.dirty_backlog))
+	{
+		*hold = false;
+		return ctl->max_rate_mb;
+	}
 	pace = tsm_pacer_budget_mb(&ctl->pacer);
 	if (ctl->max_rate_mb > 0 && (pace == 0 || pace > ctl->max_rate_mb))
 		pace = ctl->max_rate_mb;

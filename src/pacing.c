@@ -15,8 +15,12 @@
  * What the throughput would be without the move is measured by probes:
  * when other sessions are busy, every TSM_PACER_PROBE_EVERY_MS the move
  * holds still for a moment (TSM_PACER_PROBE_SETTLE_MS for its last writes
- * to drain, then TSM_PACER_PROBE_MEASURE_MS counted); base_tps follows
- * those counts.
+ * to drain, then TSM_PACER_PROBE_MEASURE_MS counted, longer the first
+ * time); base_tps is the highest of the last TSM_PACER_PROBES_KEPT counts,
+ * so that one probe spoiled by a stray fsync stall does not make the
+ * others' suffering look like their normal (a single short probe read
+ * TPC-B a fifth low, and the pace rose while they lost a fifth), and a
+ * count that differs from it by more than 2x replaces them all.
  *
  * The pace (a byte budget, as with fixed pacing) is decided every
  * TSM_PACER_DECISION_MS from the throughput of the last two windows:
@@ -26,16 +30,22 @@
  *	- otherwise raise it by a quarter, up to the job's max_rate_mb (or
  *	  unthrottled if it has none), and never far above what the copy
  *	  actually achieves (no wind-up while it is bound elsewhere);
- *	- never below the floor: pg_tsmove.min_rate_mb, and TSM_PACER_CONVERGE
- *	  times the rate at which the other sessions change pages the copy
- *	  must outpace (mirror.c counts them: a copied page made dirty, once
- *	  until it is copied again however hot it is, and a change ahead of the
- *	  cursor), in bytes at what a page has cost the job so far.  A copy at
- *	  R pages/s against C changes/s ends its catch-up only if R > C, after
- *	  re-copying R/(R-C) times the backlog it started with; and a bulk copy
- *	  slower than C leaves most of the pages behind its cursor dirty again.
- *	  Going slower there costs the others more in all, not less.  At 2C
- *	  the catch-up re-copies twice its backlog.  The floor counts the
+ *	- never below the floor, what the move needs to end:
+ *	  pg_tsmove.min_rate_mb, and in pages per second C + B / T, where C is
+ *	  the rate at which the other sessions change pages the copy must
+ *	  outpace (mirror.c counts them: a copied page made dirty, once until
+ *	  it is copied again however hot it is, and a change ahead of the
+ *	  cursor), B the catch-up's backlog of dirty pages (none during the
+ *	  bulk copy) and T is TSM_PACER_CATCHUP_SECONDS, in bytes at what a
+ *	  page has cost the job so far, and divided by the share of the time
+ *	  the copy runs between probes.  A catch-up at C + B/T pages/s shrinks
+ *	  its backlog by B/T a second, whatever C is: it ends in a few T, and
+ *	  sprints at the ceiling once at most TSM_PACER_SPRINT_SECONDS of
+ *	  changes are left.  A fixed multiple of C (the floor before) either
+ *	  hovers with a backlog for a minute (1.25 C, less the probes' holds)
+ *	  or copies faster than the move needs, at the others' cost (2 C).
+ *	  The bulk copy's floor, C, keeps it from crawling while most pages
+ *	  behind its cursor are dirtied again.  The floor counts the
  *	  others' changes, never the copy's own re-copies (a floor on those
  *	  ratcheted up with the pace);
  *	- when no other session runs transactions there is nothing to protect:
@@ -60,7 +70,9 @@
 #define TSM_PACER_FIRST_DECISION_MS 100
 #define TSM_PACER_PROBE_EVERY_MS 5000
 #define TSM_PACER_PROBE_SETTLE_MS 150
-#define TSM_PACER_PROBE_MEASURE_MS 400
+#define TSM_PACER_PROBE_MEASURE_MS 600
+/* The first probe, with nothing to compare it with, counts longer. */
+#define TSM_PACER_FIRST_PROBE_MEASURE_MS 1000
 /* Fewer transactions per second than this is an idle server. */
 #define TSM_PACER_IDLE_TPS 5.0
 /* The pace when other sessions first show up. */
@@ -68,8 +80,14 @@
 /* A pace this high is no pace: the copy runs unthrottled. */
 #define TSM_PACER_UNTHROTTLED_MB 2048.0
 #define TSM_PACER_GROWTH 1.25
-/* The floor: this many times the rate of the changes the copy must outpace. */
-#define TSM_PACER_CONVERGE 2.0
+/* The floor shrinks a catch-up's backlog by 1/T of it a second. */
+#define TSM_PACER_CATCHUP_SECONDS 10.0
+/* A catch-up with this many seconds of the others' changes left sprints. */
+#define TSM_PACER_SPRINT_SECONDS 2.0
+/* The share of the time the copy runs while the others are busy: probes hold it. */
+#define TSM_PACER_COPY_DUTY \
+	(1.0 - (double) (TSM_PACER_PROBE_SETTLE_MS + TSM_PACER_PROBE_MEASURE_MS) / \
+	 TSM_PACER_PROBE_EVERY_MS)
 
 void
 tsm_pacer_init(TsmPacer *pacer)
@@ -137,15 +155,20 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
 		pacer->window_start = now;
 		return true;
 	}
-	if (now < TimestampTzPlusMilliseconds(settled, TSM_PACER_PROBE_MEASURE_MS))
+	if (now < TimestampTzPlusMilliseconds(settled, pacer->nprobes == 0 ?
+										  TSM_PACER_FIRST_PROBE_MEASURE_MS :
+										  TSM_PACER_PROBE_MEASURE_MS))
 		return true;
 	tps = pacer->transactions / seconds_between(pacer->window_start, now);
-	/* smoothed, unless the foreground changed its mind: then at once */
+	/* the last few probes, unless the foreground changed its mind */
 	if (pacer->base_tps < 0 || tps < TSM_PACER_IDLE_TPS ||
 		tps > 2 * pacer->base_tps || tps < pacer->base_tps / 2)
-		pacer->base_tps = tps;
-	else
-		pacer->base_tps = (pacer->base_tps + tps) / 2;
+		pacer->nprobes = 0;
+	pacer->probe_tps[pacer->nprobes % TSM_PACER_PROBES_KEPT] = tps;
+	pacer->nprobes++;
+	pacer->base_tps = 0;
+	for (int i = 0; i < Min(pacer->nprobes, TSM_PACER_PROBES_KEPT); i++)
+		pacer->base_tps = Max(pacer->base_tps, pacer->probe_tps[i]);
 	pacer->probe_start = 0;
 	pacer->next_probe = TimestampTzPlusMilliseconds(now, TSM_PACER_PROBE_EVERY_MS);
 	pacer->recent_tps[0] = pacer->recent_tps[1] = -1;
@@ -159,7 +182,8 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
+			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far,
+			 int64 catchup_backlog)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		counted_secs = seconds_between(pacer->counters_read, now);
@@ -167,18 +191,23 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
 	double		bytes_per_page;
-	double		dirtying_mb;
+	double		floor_pages;
 
 	/* what a page costs (written, and its compressed image in the WAL) */
 	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
 	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / counted_secs /
 		(1024.0 * 1024.0);
-	dirtying_mb = (dirtied_so_far - pacer->last_dirtied) * bytes_per_page / counted_secs /
-		(1024.0 * 1024.0);
+	pacer->dirtying_pages = (dirtied_so_far - pacer->last_dirtied) / counted_secs;
 	pacer->counters_read = now;
 	pacer->last_bytes = bytes_so_far;
 	pacer->last_dirtied = dirtied_so_far;
-	pacer->floor_mb = Min(Max(tsm_min_rate_mb, TSM_PACER_CONVERGE * dirtying_mb), ceiling);
+	floor_pages = pacer->dirtying_pages;
+	if (catchup_backlog > 0)
+		floor_pages += catchup_backlog / TSM_PACER_CATCHUP_SECONDS;
+	floor_pages /= TSM_PACER_COPY_DUTY;
+	pacer->floor_mb = Min(Max(tsm_min_rate_mb,
+							  floor_pages * bytes_per_page / (1024.0 * 1024.0)),
+						  ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
 	pacer->recent_tps[1] = pacer->recent_tps[0];
@@ -232,7 +261,8 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far)
+			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far,
+			   int64 catchup_backlog)
 {
 	if (now >= pacer->next_sample)
 	{
@@ -243,8 +273,21 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
 		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
-							dirtied_so_far);
+							dirtied_so_far, catchup_backlog);
 	return false;
+}
+
+/*
+ * Whether a catch-up's backlog is small enough to finish at the ceiling:
+ * at most TSM_PACER_SPRINT_SECONDS of the others' changes.  Near its end a
+ * paced catch-up gains a few pages a second on the changes; a sprint of a
+ * fraction of a second ends it instead of tens of seconds of re-copies.
+ */
+bool
+tsm_pacer_sprint(TsmPacer *pacer, int64 backlog)
+{
+	return backlog <= Max(4 * (double) tsm_switch_backlog_blocks,
+						  pacer->dirtying_pages * TSM_PACER_SPRINT_SECONDS);
 }
 
 /* The pace as a byte budget for the throttle: 0 = unthrottled. */

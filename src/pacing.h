@@ -12,6 +12,8 @@
 
 /* Regular backends watched; more are sampled in turn. */
 #define TSM_PACER_MAX_BACKENDS 1024
+/* The baseline is the highest count of this many last probes. */
+#define TSM_PACER_PROBES_KEPT 3
 
 typedef struct TsmPacer
 {
@@ -29,6 +31,8 @@ typedef struct TsmPacer
 
 	/* the throughput with the move holding still, from probes */
 	double		base_tps;		/* < 0 until the first probe */
+	double		probe_tps[TSM_PACER_PROBES_KEPT];	/* the last probes' counts */
+	int			nprobes;		/* probes since the foreground last changed */
 	TimestampTz probe_start;	/* 0: no probe under way */
 	TimestampTz next_probe;
 
@@ -42,12 +46,14 @@ typedef struct TsmPacer
 	int64		last_dirtied;
 	double		achieved_mb;
 	double		floor_mb;
+	double		dirtying_pages; /* pages/s the others make dirty */
 } TsmPacer;
 
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 						   int64 bytes_so_far, int64 pages_so_far,
-						   int64 dirtied_so_far);
+						   int64 dirtied_so_far, int64 catchup_backlog);
+extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 
 #endif							/* TSM_PACING_H */
