@@ -157,7 +157,7 @@ tsm_ctl_publish(TsmJobCtl *ctl, bool force)
 		ctl->rate_sample_time = now;
 		ctl->rate_sample_bytes = written;
 	}
-	ctl->progress.pace_mb_s = tsm_pacing == TSM_PACING_ADAPTIVE ?
+	ctl->progress.pace_mb_s = tsm_pacing == TSM_PACING_ADAPTIVE && !ctl->others_wait ?
 		tsm_pacer_budget_mb(&ctl->pacer) : -1;
 
 	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
@@ -284,7 +284,8 @@ charge_total_budget(TsmJobCtl *ctl, int64 bytes)
 
 /*
  * The rate the budget runs at now: 0 = none.  Adaptive, the pace, never
- * above the job's max_rate_mb.  Sets *hold during a probe.
+ * above the job's max_rate_mb; but the ceiling itself while the job's lock
+ * makes the others wait (quiesce, exclusive).  Sets *hold during a probe.
  */
 static double
 budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
@@ -293,7 +294,7 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 	double		pace;
 
 	*hold = false;
-	if (tsm_pacing != TSM_PACING_ADAPTIVE)
+	if (tsm_pacing != TSM_PACING_ADAPTIVE || ctl->others_wait)
 		return ctl->max_rate_mb;
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
 						   ctl->progress.bytes_written + ctl->progress.wal_bytes,

@@ -38,6 +38,10 @@ struct TsmJobCtl
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
+	bool		others_wait;	/* quiesce or exclusive: the job's lock holds
+								 * the others' writes for its whole copy, so
+								 * adaptive pacing, which would slow it for
+								 * their sake, only makes them wait longer */
 	int64		pages_changed;	/* changes by others that the copy must
 								 * outpace (mirror.c): the pacing floor */
 

@@ -562,6 +562,8 @@ run_next_job(void)
 		tsm_ctl_init(&job->ctl, job->row.job_id, job->row.relname,
 					 job->row.max_rate_mb);
 		job->ctl.pause_requested = job->row.pause_requested;
+		job->ctl.others_wait = (job->row.kind == TSM_KIND_MOVE &&
+								job->row.mode != TSM_MODE_ONLINE);
 		tsm_switch_block_init(&job->block, job->row.job_id, job->row.relname,
 							  job->row.submitted_by);
 		if (job->row.resuming)

@@ -310,3 +310,32 @@ def test_ddl_without_access_exclusive_runs_beside_a_move(primary):
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
     assert primary.row_hash("victim", "id") == expected
     assert_moved_cleanly(primary, "victim", "ts_b")
+
+
+def test_quiesce_move_runs_at_its_ceiling_under_adaptive_pacing(primary):
+    """A quiesce move's lock holds the writers of its table for the whole
+    copy whatever its pace, so adaptive pacing, which would slow the copy
+    for the other sessions' sake, would only make those writers wait
+    longer: it runs at its ceiling, and the view shows no pace."""
+    expected = make_table(primary)
+    primary.pgbench_init(5)
+    bench = primary.pgbench_run_background(clients=2, jobs=2, seconds=30)
+    time.sleep(2)
+    job = start_move(primary, "victim", "ts_b", mode="quiesce", max_rate_mb=8)
+    wait_for_state(primary, job, ("copying",), 30)
+    samples = []
+    while True:
+        row = primary.sql("SELECT state, pace_mb_s, rate_mb_s FROM tsmove.jobs "
+                          "WHERE job_id = %s", (job,))[0]
+        if row[0] != "copying":
+            break
+        samples.append(row)
+        time.sleep(0.2)
+    assert wait_job(primary, job, 60) == "done", job_row(primary, job)
+    result = bench.wait()
+    assert len(samples) >= 5, samples          # 30 MB at 8 MB/s: about 4 s
+    assert all(pace is None for _, pace, _ in samples), samples
+    assert max(rate for _, _, rate in samples if rate is not None) > 4, samples
+    assert result.failed_transactions == 0
+    assert_pgbench_data_clean(primary)
+    assert_intact_in(primary, "ts_b", expected)
