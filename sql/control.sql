@@ -20,6 +20,11 @@ SELECT tsmove.pause(:ctl_job);
 SELECT state, pause_requested FROM tsmove.job WHERE job_id = :ctl_job;
 -- wait() returns for a paused job: it cannot progress
 SELECT tsmove.wait(:ctl_job);
+CALL tsmove.wait_for(:ctl_job);
+-- in a transaction block wait_for() cannot commit, and waits as wait() does
+BEGIN;
+CALL tsmove.wait_for(:ctl_job);
+COMMIT;
 
 -- the role that submitted nothing may not steer it
 CREATE ROLE regress_ctl_other;
@@ -39,7 +44,8 @@ SELECT tsmove.resume(:ctl_job);
 SELECT state, pause_requested FROM tsmove.job WHERE job_id = :ctl_job;
 ALTER SYSTEM RESET pg_tsmove.max_workers;
 SELECT pg_catalog.pg_reload_conf();
-SELECT tsmove.wait(:ctl_job);
+-- wait_for() commits between polls, and sees the job run and end
+CALL tsmove.wait_for(:ctl_job);
 SELECT pg_catalog.md5(pg_catalog.string_agg(v, ',' ORDER BY id)) = :'before_hash' AS same_rows FROM ctl_t;
 SELECT t.spcname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
 WHERE c.oid = 'ctl_t'::pg_catalog.regclass;

@@ -57,6 +57,8 @@ SELECT tsmove.move('err_plain', 'regress_ts_a', max_rate_mb => 'Infinity');
 SELECT tsmove.move('err_plain', 'regress_ts_a', max_rate_mb => '-Infinity');
 SELECT tsmove.wait(NULL);
 SELECT tsmove.wait(424242);
+CALL tsmove.wait_for(NULL);
+CALL tsmove.wait_for(424242);
 SELECT tsmove.cancel(424242);
 SELECT tsmove.set_rate(424242, 10);
 SELECT tsmove.set_rate(424242, 'NaN');
@@ -77,18 +79,21 @@ GRANT CREATE ON TABLESPACE regress_ts_a TO regress_tsmove_user;
 SET ROLE regress_tsmove_user;
 -- now allowed: the worker runs as this role, the job is theirs to wait for
 SELECT tsmove.move('regress_owned.err_owned', 'regress_ts_a') AS owned_job \gset
+CALL tsmove.wait_for(:owned_job);
 SELECT tsmove.wait(:owned_job);
 RESET ROLE;
 -- a job is seen by its submitter, the relation's owner and pg_monitor
 CREATE ROLE regress_tsmove_other;
 SET ROLE regress_tsmove_other;
 SELECT tsmove.wait(:owned_job);
+CALL tsmove.wait_for(:owned_job);
 SELECT * FROM tsmove.job;
 SELECT * FROM tsmove.jobs;
 RESET ROLE;
 GRANT pg_monitor TO regress_tsmove_other;
 SET ROLE regress_tsmove_other;
 SELECT tsmove.wait(:owned_job);
+CALL tsmove.wait_for(:owned_job, '1 s');
 SELECT relname, state FROM tsmove.jobs WHERE job_id = :owned_job;
 RESET ROLE;
 DROP ROLE regress_tsmove_other;
@@ -96,6 +101,8 @@ DROP ROLE regress_tsmove_other;
 SELECT tsmove.wait(:owned_job, '-1 second');
 SELECT tsmove.wait(:owned_job, '1000 years');
 SELECT tsmove.wait(:owned_job, '0 seconds');
+CALL tsmove.wait_for(:owned_job, '-1 second');
+CALL tsmove.wait_for(:owned_job, '1000 years');
 SELECT c.relname, t.spcname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
 WHERE c.relname = 'err_owned';
 DROP SCHEMA regress_owned CASCADE;
@@ -150,6 +157,10 @@ WHERE relid = 'err_plain'::pg_catalog.regclass AND state = 'queued';
 BEGIN;
 SELECT tsmove.move('err_plain', 'regress_ts_a') AS same_xact_job \gset
 SELECT tsmove.wait(:same_xact_job);
+ROLLBACK;
+BEGIN;
+SELECT tsmove.move('err_plain', 'regress_ts_a') AS same_xact_job \gset
+CALL tsmove.wait_for(:same_xact_job);
 ROLLBACK;
 
 -- nothing moved: every relation is still in its tablespace

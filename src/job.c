@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * job.c
- *	  The SQL surface of moves: tsmove.move(), wait(), cancel(), set_rate(),
- *	  pause(), resume(), purge_jobs(), job_progress(), queue_note(), and the
- *	  checks that decide what may move.
+ *	  The SQL surface of moves: tsmove.move(), wait(), wait_for(), cancel(),
+ *	  set_rate(), pause(), resume(), purge_jobs(), job_progress(),
+ *	  queue_note(), and the checks that decide what may move.
  *
  * move() validates everything it can and inserts the job row(s) in the
  * caller's transaction; nothing else.  When that transaction commits, an
@@ -18,11 +18,11 @@
  * ownership of the relation (checked before any lock is taken on it) and
  * CREATE on the target tablespace; the worker checks both again, as the
  * submitting role, when the job starts.  A job is visible through wait()
- * to its submitter, the relation's owner and pg_monitor; cancel(),
- * set_rate(), pause() and resume() are for the submitter and the owner, and
- * purge_jobs() deletes only chains of jobs the caller may steer.
- * Superusers have all of these.  The job table is written as the superuser by jobrecord.c, with a
- * fixed search_path.
+ * and wait_for() to its submitter, the relation's owner and pg_monitor;
+ * cancel(), set_rate(), pause() and resume() are for the submitter and the
+ * owner, and purge_jobs() deletes only chains of jobs the caller may steer.
+ * Superusers have all of these.  The job table is written as the superuser
+ * by jobrecord.c, with a fixed search_path.
  *
  * Locks: move() holds AccessShareLock on the relation (and, with
  * with_indexes, its indexes) until the caller's transaction ends; the
@@ -45,6 +45,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_tablespace.h"
 #include "commands/tablespace.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -62,6 +63,7 @@
 
 PG_FUNCTION_INFO_V1(tsm_move);
 PG_FUNCTION_INFO_V1(tsm_wait);
+PG_FUNCTION_INFO_V1(tsm_wait_for);
 PG_FUNCTION_INFO_V1(tsm_cancel);
 PG_FUNCTION_INFO_V1(tsm_set_rate);
 PG_FUNCTION_INFO_V1(tsm_job_progress);
@@ -70,7 +72,7 @@ PG_FUNCTION_INFO_V1(tsm_pause);
 PG_FUNCTION_INFO_V1(tsm_resume);
 PG_FUNCTION_INFO_V1(tsm_purge_jobs);
 
-/* Poll interval of tsmove.wait(). */
+/* Poll interval of tsmove.wait() and wait_for(). */
 #define TSM_WAIT_POLL_MS 20
 /* How long a started job may have no worker and none coming before wait() gives up on it. */
 #define TSM_WAIT_STRANDED_MS 5000
@@ -620,20 +622,15 @@ tsm_live_state(int64 job_id, TsmJobState row_state, bool *stranded)
 }
 
 /*
- * tsmove.wait(job bigint, timeout interval DEFAULT NULL) RETURNS text
- *
- * Blocks until the job reaches done, failed or cancelled, or until it can
- * no longer progress: it is paused, or it started and its worker is gone
- * with none to come for TSM_WAIT_STRANDED_MS; or until the timeout passes.
- * Returns its state.  Takes no locks.
+ * The checks both ways of waiting make before the first poll: a job id, a
+ * timeout that makes sense, the right to see the job, and a job that is
+ * not this transaction's own.  Returns the deadline (0: none) and the job.
  */
-Datum
-tsm_wait(PG_FUNCTION_ARGS)
+static int64
+tsm_wait_args_checked(FunctionCallInfo fcinfo, const char *how,
+					  TimestampTz *deadline, TsmJobInfo *info)
 {
 	int64		job_id;
-	TimestampTz deadline = 0;
-	TimestampTz stranded_since = 0;
-	TsmJobInfo	info;
 
 	tsm_require_preload();
 	if (PG_ARGISNULL(0))
@@ -642,32 +639,49 @@ tsm_wait(PG_FUNCTION_ARGS)
 				 errmsg("job must not be null"),
 				 errhint("Pass the job id that tsmove.move() returned.")));
 	job_id = PG_GETARG_INT64(0);
+	*deadline = 0;
 	if (!PG_ARGISNULL(1))
-		deadline = tsm_wait_deadline(PG_GETARG_INTERVAL_P(1));
+		*deadline = tsm_wait_deadline(PG_GETARG_INTERVAL_P(1));
 
-	tsm_read_job_checked(job_id, false, &info);
-	if (info.submitted_here)
+	tsm_read_job_checked(job_id, false, info);
+	if (info->submitted_here)
 		ereport(ERROR,
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				 errmsg("cannot wait for job %lld in the transaction that submitted it",
 						(long long) job_id),
 				 errdetail("The move starts only when the transaction that called tsmove.move() commits."),
-				 errhint("Commit first, then call tsmove.wait().")));
+				 errhint("Commit first, then %s.", how)));
+	return job_id;
+}
+
+/*
+ * Polls job_id until it reaches done, failed or cancelled, or until it can
+ * no longer progress: it is paused, or it started and its worker is gone
+ * with none to come for TSM_WAIT_STRANDED_MS; or until the deadline (0:
+ * none) passes.  info holds the job as last read; returns its state.
+ *
+ * With commit_between_polls the caller is a procedure connected to SPI in
+ * a non-atomic context: each poll ends the transaction, so the wait holds
+ * no snapshot (and no xmin) while it sleeps.  Otherwise the caller's
+ * statement holds its snapshot throughout, as any statement does.
+ */
+static TsmJobState
+tsm_wait_until_settled(int64 job_id, TimestampTz deadline, TsmJobInfo *info,
+					   bool commit_between_polls)
+{
+	TimestampTz stranded_since = 0;
 
 	for (;;)
 	{
 		bool		stranded;
 		TsmJobState live;
 
-		if (tsm_state_is_final(info.state))
-			break;
+		if (tsm_state_is_final(info->state))
+			return info->state;
 		/* the row lags behind a running job: look at the live state */
-		live = tsm_live_state(job_id, info.state, &stranded);
+		live = tsm_live_state(job_id, info->state, &stranded);
 		if (live == TSM_PAUSED)
-		{
-			info.state = live;
-			break;
-		}
+			return live;
 		if (!stranded)
 			stranded_since = 0;
 		else if (stranded_since == 0)
@@ -677,23 +691,81 @@ tsm_wait(PG_FUNCTION_ARGS)
 		{
 			ereport(NOTICE,
 					(errmsg("job %lld is %s, but no worker runs it and none is coming",
-							(long long) job_id, tsm_state_name(info.state)),
+							(long long) job_id, tsm_state_name(info->state)),
 					 errhint("Its worker stopped; see the server log.")));
-			break;
+			return info->state;
 		}
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
-		{
-			info.state = live;
-			break;
-		}
+			return live;
+		if (commit_between_polls)
+			SPI_commit();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 TSM_WAIT_POLL_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		if (!tsm_jobrec_read(job_id, true, &info))
+		if (!tsm_jobrec_read(job_id, true, info))
 			tsm_no_such_job(job_id);
 	}
-	PG_RETURN_TEXT_P(cstring_to_text(tsm_state_name(info.state)));
+}
+
+/*
+ * tsmove.wait(job bigint, timeout interval DEFAULT NULL) RETURNS text
+ *
+ * Blocks until the job settles (see tsm_wait_until_settled) or the timeout
+ * passes, and returns its state.  Takes no locks; being one statement, it
+ * holds its snapshot while it waits (tsmove.wait_for() does not).
+ */
+Datum
+tsm_wait(PG_FUNCTION_ARGS)
+{
+	TimestampTz deadline;
+	TsmJobInfo	info;
+	int64		job_id = tsm_wait_args_checked(fcinfo, "call tsmove.wait()",
+											   &deadline, &info);
+	TsmJobState state = tsm_wait_until_settled(job_id, deadline, &info, false);
+
+	PG_RETURN_TEXT_P(cstring_to_text(tsm_state_name(state)));
+}
+
+/*
+ * CALL tsmove.wait_for(job bigint, timeout interval DEFAULT NULL,
+ *                      INOUT state text DEFAULT NULL)
+ *
+ * tsmove.wait() as a procedure: it returns the same state, in the column
+ * state (the argument's value is ignored).  Called on its own (CALL
+ * outside a transaction block) it commits after each poll, so it holds no
+ * snapshot while it waits and vacuum and pruning go on everywhere: a long
+ * SELECT tsmove.wait() under an update-heavy load costs that load more
+ * than the move does.  Inside a transaction block or a function it cannot
+ * commit, and waits as tsmove.wait() does.  Takes no locks.
+ */
+Datum
+tsm_wait_for(PG_FUNCTION_ARGS)
+{
+	bool		nonatomic = fcinfo->context && IsA(fcinfo->context, CallContext) &&
+		!castNode(CallContext, fcinfo->context)->atomic;
+	TimestampTz deadline;
+	TsmJobInfo	info;
+	int64		job_id;
+	TsmJobState state;
+	TupleDesc	result_desc;
+	Datum		result_value;
+	bool		result_null = false;
+
+	job_id = tsm_wait_args_checked(fcinfo, "CALL tsmove.wait_for()", &deadline, &info);
+
+	if (SPI_connect_ext(nonatomic ? SPI_OPT_NONATOMIC : 0) != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect_ext failed");
+	state = tsm_wait_until_settled(job_id, deadline, &info, nonatomic);
+	SPI_finish();
+
+	/* in the transaction the last poll started */
+	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "tsmove.wait_for() must be declared with one OUT or INOUT parameter");
+	result_desc = BlessTupleDesc(result_desc);
+	result_value = CStringGetTextDatum(tsm_state_name(state));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(result_desc, &result_value,
+													  &result_null)));
 }
 
 /*

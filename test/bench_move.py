@@ -201,7 +201,7 @@ def run_tsmove(c, target, rate=None, wait_timeout_s=1800):
         else:
             job = conn.execute("SELECT tsmove.move(%s, %s, max_rate_mb => %s)",
                                (TABLE, target, rate)).fetchone()[0]
-    # polled: tsmove.wait()'s snapshot would cost pgbench (moves.poll_job)
+    # CALL tsmove.wait_for(): tsmove.wait()'s snapshot would cost pgbench (moves.poll_job)
     state = poll_job(c, job, wait_timeout_s)
     t1 = time.time()
     row = job_row(c, job)

@@ -87,7 +87,7 @@ def integrity(c):
 def run_relocate(c, spc, dest):
     t0 = time.time()
     job = c.sql_scalar("SELECT tsmove.relocate_tablespace(%s, %s)", (spc, dest))
-    state = poll_job(c, job)      # not tsmove.wait(): see moves.poll_job
+    state = poll_job(c, job)      # CALL tsmove.wait_for(): see moves.poll_job
     t1 = time.time()
     row = dict(zip(("bytes_written", "wal_bytes", "switch_ms", "lock_wait_ms",
                     "switch_attempts", "blocks_recopied", "blocks_under_lock", "error"),

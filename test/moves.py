@@ -38,25 +38,17 @@ def wait_job(cluster, job, timeout_s=300, dbname="postgres"):
                               (job, timeout_s), dbname=dbname)
 
 
-ENDED_OR_HELD = ("done", "failed", "cancelled", "skipped", "paused")
-
-
-def poll_job(cluster, job, timeout_s=1800, dbname="postgres", every_s=0.1):
-    """Wait for a job as tsmove.wait() does, but by polling tsmove.jobs in
-    short autocommit statements; returns the state (the current one at the
-    timeout).  Benchmarks wait this way: tsmove.wait() is one statement, and
-    its snapshot holds back the xmin horizon for the whole move, so that
-    pgbench cannot prune the dead versions of its hot rows; a session doing
-    nothing but SELECT pg_sleep(30) cost TPC-B 27-30 % of its throughput on
-    this VM, which a benchmark would have charged to the move."""
-    deadline = time.monotonic() + timeout_s
+def poll_job(cluster, job, timeout_s=1800, dbname="postgres"):
+    """Wait for a job with CALL tsmove.wait_for(), which commits between its
+    polls; returns the state (the current one at the timeout).  Benchmarks
+    wait this way: SELECT tsmove.wait() is one statement, and its snapshot
+    holds back the xmin horizon for the whole move, so that pgbench cannot
+    prune the dead versions of its hot rows; a session doing nothing but
+    SELECT pg_sleep(30) cost TPC-B 27-30 % of its throughput on this VM,
+    which a benchmark would have charged to the move."""
     with cluster.conn(dbname) as conn:
-        while True:
-            state = conn.execute("SELECT state FROM tsmove.jobs WHERE job_id = %s",
-                                 (job,)).fetchone()[0]
-            if state in ENDED_OR_HELD or time.monotonic() >= deadline:
-                return state
-            time.sleep(every_s)
+        return conn.execute("CALL tsmove.wait_for(%s, make_interval(secs => %s))",
+                            (job, timeout_s)).fetchone()[0]
 
 
 def job_row(cluster, job, dbname="postgres"):

@@ -99,7 +99,7 @@ def attacked(primary):
 
 
 def test_no_grants_means_no_entry(attacked):
-    """Without grants the attacker may call wait() only; every other entry
+    """Without grants the attacker may call wait() and wait_for() only; every other entry
     point, the job table, its sequence and the developer GUC are refused."""
     for statement in (
             "SELECT tsmove.move('trap.mine', 'ts_b')",
@@ -151,11 +151,12 @@ def test_operator_hijack_through_every_entry_point(attacked):
     assert as_attacker(attacked, "SELECT tsmove.set_rate(%s, 2)", (job,)) == [(True,)]
     assert as_attacker(attacked, "SELECT tsmove.cancel(%s)", (job,)) == [(True,)]
     assert as_attacker(attacked, "SELECT tsmove.wait(%s)", (job,)) == [("cancelled",)]
+    assert as_attacker(attacked, "CALL tsmove.wait_for(%s)", (job,)) == [("cancelled",)]
 
     rows = as_attacker(attacked, "SELECT tsmove.move('trap.mine', 'ts_b', max_rate_mb => 0, "
                                  "with_indexes => true)")
     job = rows[0][0]
-    assert as_attacker(attacked, "SELECT tsmove.wait(%s, '60 s')", (job,)) == [("done",)]
+    assert as_attacker(attacked, "CALL tsmove.wait_for(%s, '60 s')", (job,)) == [("done",)]
     index_job = attacked.sql_scalar("SELECT job_id FROM tsmove.job WHERE parent_job = %s", (job,))
     assert wait_job(attacked, index_job) == "done"
     assert attacked.row_hash("trap.mine", "id") == expected
@@ -184,6 +185,7 @@ def test_other_roles_jobs_and_relations(attacked):
     before = job_row(attacked, job)
 
     assert_refused(as_attacker(attacked, "SELECT tsmove.wait(%s)", (job,)), "42501")
+    assert_refused(as_attacker(attacked, "CALL tsmove.wait_for(%s)", (job,)), "42501")
     assert_refused(as_attacker(attacked, "SELECT tsmove.cancel(%s)", (job,)), "42501")
     assert_refused(as_attacker(attacked, "SELECT tsmove.set_rate(%s, 0)", (job,)), "42501")
     assert_refused(as_attacker(attacked, "SELECT tsmove.pause(%s)", (job,)), "42501")

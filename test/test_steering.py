@@ -1,6 +1,7 @@
 """Moves that stay out of the way (issue 9): pause and resume under load,
 one byte budget for all jobs, VACUUM and autovacuum beside a move, resume
-after kill -9, and DDL that needs no AccessExclusiveLock.
+after kill -9, DDL that needs no AccessExclusiveLock, and a wait that
+holds no snapshot.
 
 Every test that moves data under load checks it afterwards: the pgbench
 balance invariant, amcheck, pg_visibility's pg_check_visible(), no orphan
@@ -8,8 +9,10 @@ files, no replication slot left behind.
 """
 
 import os
+import threading
 import time
 
+import psycopg
 import pytest
 
 from moves import (assert_intact_in, assert_moved_cleanly, job_row, make_table,
@@ -339,3 +342,79 @@ def test_quiesce_move_runs_at_its_ceiling_under_adaptive_pacing(primary):
     assert result.failed_transactions == 0
     assert_pgbench_data_clean(primary)
     assert_intact_in(primary, "ts_b", expected)
+
+
+class Waiter(threading.Thread):
+    """One waiting statement in a session of its own; keeps its rows, or
+    the SQLSTATE it ended with."""
+
+    def __init__(self, cluster, statement, job):
+        super().__init__(daemon=True)
+        self.conn = cluster.conn()
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.statement, self.job = statement, job
+        self.rows, self.sqlstate = None, None
+
+    def run(self):
+        try:
+            self.rows = self.conn.execute(self.statement, (self.job,)).fetchall()
+        except psycopg.Error as error:
+            self.sqlstate = error.sqlstate
+        self.conn.close()
+
+
+def dead_rows_vacuum_leaves(cluster):
+    """Update every row of churn, commit, VACUUM it: the dead row versions
+    VACUUM had to keep, because some snapshot may still see them."""
+    cluster.sql("UPDATE churn SET v = v + 1")
+    time.sleep(0.2)
+    cluster.sql("VACUUM churn")
+    return cluster.sql_scalar("SELECT n_dead_tup FROM pg_stat_user_tables "
+                              "WHERE relname = 'churn'")
+
+
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed")
+def test_wait_for_holds_no_snapshot_while_it_waits(primary):
+    """SELECT tsmove.wait() holds its statement's snapshot for the whole
+    move, so VACUUM keeps every row version that died meanwhile, in any
+    table; CALL tsmove.wait_for() commits between polls and holds none, and
+    still returns the job's state when it ends."""
+    expected = make_table(primary)
+    primary.sql("CREATE TABLE churn (id int PRIMARY KEY, v int) "
+                "WITH (autovacuum_enabled = off);"
+                "INSERT INTO churn SELECT g, 0 FROM generate_series(1, 1000) g")
+    job = start_move(primary, "victim", "ts_b", max_rate_mb=1)
+    wait_for_state(primary, job, ("copying",), 30)
+
+    def started(waiter):
+        wait_for(lambda: primary.sql_scalar(
+            "SELECT state FROM pg_stat_activity WHERE pid = %s", (waiter.pid,)) == "active",
+            10, what="the waiter to start")
+        time.sleep(0.3)
+
+    holder = Waiter(primary, "SELECT tsmove.wait(%s)", job)
+    holder.start()
+    started(holder)
+    assert dead_rows_vacuum_leaves(primary) == 1000
+    assert primary.sql_scalar("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
+                              (holder.pid,)) is not None
+    primary.sql("SELECT pg_cancel_backend(%s)", (holder.pid,))
+    holder.join(10)
+    assert holder.sqlstate == "57014"
+
+    waiter = Waiter(primary, "CALL tsmove.wait_for(%s)", job)
+    waiter.start()
+    started(waiter)
+    assert dead_rows_vacuum_leaves(primary) == 0
+    xmins = [primary.sql_scalar("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
+                                (waiter.pid,)) for _ in range(20)]
+    # a poll holds a snapshot for microseconds; a sample may catch one
+    assert xmins.count(None) >= 15, xmins
+    assert job_row(primary, job)["state"] == "copying"
+    assert waiter.is_alive()
+
+    primary.sql("SELECT tsmove.set_rate(%s, 0)", (job,))
+    waiter.join(120)
+    assert waiter.rows == [("done",)], (waiter.rows, waiter.sqlstate, job_row(primary, job))
+    assert primary.row_hash("victim", "id") == expected
+    assert_moved_cleanly(primary, "victim", "ts_b")
