@@ -55,6 +55,7 @@
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "jobrecord.h"
@@ -74,6 +75,9 @@ PG_FUNCTION_INFO_V1(tsm_purge_jobs);
 
 /* Poll interval of tsmove.wait() and wait_for(). */
 #define TSM_WAIT_POLL_MS 20
+/* How often tsmove.wait_for() commits: each commit counts as a transaction
+ * for adaptive pacing, which takes 5 a second for a busy server. */
+#define TSM_WAIT_COMMIT_MS 1000
 /* How long a started job may have no worker and none coming before wait() gives up on it. */
 #define TSM_WAIT_STRANDED_MS 5000
 /* Longest timeout tsmove.wait() accepts: 100 years, in seconds. */
@@ -661,15 +665,21 @@ tsm_wait_args_checked(FunctionCallInfo fcinfo, const char *how,
  * none) passes.  info holds the job as last read; returns its state.
  *
  * With commit_between_polls the caller is a procedure connected to SPI in
- * a non-atomic context: each poll ends the transaction, so the wait holds
- * no snapshot (and no xmin) while it sleeps.  Otherwise the caller's
- * statement holds its snapshot throughout, as any statement does.
+ * a non-atomic context, and the wait holds no snapshot (and no xmin) while
+ * it sleeps: the first poll commits, which drops the CALL's snapshot; each
+ * poll drops the catalog snapshot its read took; and a commit every
+ * TSM_WAIT_COMMIT_MS releases the job table's locks.  (Committing at every
+ * 20 ms poll made a waiting session look like 50 transactions a second to
+ * adaptive pacing, which then paced a move on an idle server.)  Otherwise
+ * the caller's statement holds its snapshot throughout, as any statement
+ * does.
  */
 static TsmJobState
 tsm_wait_until_settled(int64 job_id, TimestampTz deadline, TsmJobInfo *info,
 					   bool commit_between_polls)
 {
 	TimestampTz stranded_since = 0;
+	TimestampTz last_commit = 0;
 
 	for (;;)
 	{
@@ -698,7 +708,15 @@ tsm_wait_until_settled(int64 job_id, TimestampTz deadline, TsmJobInfo *info,
 		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
 			return live;
 		if (commit_between_polls)
-			SPI_commit();
+		{
+			InvalidateCatalogSnapshot();
+			if (TimestampDifferenceExceeds(last_commit, GetCurrentTimestamp(),
+										   TSM_WAIT_COMMIT_MS))
+			{
+				SPI_commit();
+				last_commit = GetCurrentTimestamp();
+			}
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 TSM_WAIT_POLL_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
