@@ -299,7 +299,7 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
 						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
 						   ctl->progress.bytes_written / BLCKSZ,
-						   ctl->pages_changed,
+						   ctl->pages_changed, ctl->pages_changed_ahead,
 						   catching_up ? ctl->progress.dirty_backlog : 0);
 	if (catching_up && tsm_pacer_sprint(&ctl->pacer, ctl->progress.dirty_backlog))
 	{

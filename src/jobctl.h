@@ -44,6 +44,8 @@ struct TsmJobCtl
 								 * their sake, only makes them wait longer */
 	int64		pages_changed;	/* changes by others that the copy must
 								 * outpace (mirror.c): the pacing floor */
+	int64		pages_changed_ahead;	/* their changes ahead of the cursor,
+										 * which the floor counts at a share */
 
 	/* the rate shown in the view */
 	TimestampTz rate_sample_time;

@@ -219,10 +219,10 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		if (f == NULL || f->gone)
 			continue;
 		/*
-		 * For the pacing floor, the changes the copy must outpace: a copied
-		 * page made dirty (once until it is copied again, however hot), and
-		 * a change ahead of the cursor (pages the copy has yet to reach,
-		 * where the rate shows before it reaches them).  Not the growth.
+		 * For the pacing floor (pacing.c): the changes the copy must
+		 * outpace, a copied page made dirty (once until it is copied again,
+		 * however hot); and apart, the changes ahead of the cursor, which
+		 * the copy reads later whatever its pace.  Not the growth.
 		 */
 		if (f->when == TSM_COPY_TRACKED && blkno < f->copy_cursor)
 		{
@@ -232,7 +232,7 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		else if (blkno >= f->nblocks)
 			tsm_file_set_extent(fs, f, blkno + 1, f->copy_cursor);	/* it grew */
 		else if (f->when == TSM_COPY_TRACKED)
-			fs->ctl->pages_changed++;
+			fs->ctl->pages_changed_ahead++;
 		if (follow && heap_record && fork == MAIN_FORKNUM)
 		{
 			TsmFile    *vm = tsm_fileset_find(fs, node, VISIBILITYMAP_FORKNUM);

@@ -44,15 +44,18 @@ typedef struct TsmPacer
 	TimestampTz counters_read;
 	int64		last_bytes;
 	int64		last_dirtied;
+	int64		last_changed_ahead;
 	double		achieved_mb;
 	double		floor_mb;
 	double		dirtying_pages; /* pages/s the others make dirty */
+	double		changing_ahead_pages;	/* pages/s they change ahead of the cursor */
 } TsmPacer;
 
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 						   int64 bytes_so_far, int64 pages_so_far,
-						   int64 dirtied_so_far, int64 catchup_backlog);
+						   int64 dirtied_so_far, int64 changed_ahead_so_far,
+						   int64 catchup_backlog);
 extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 
