@@ -751,8 +751,8 @@ tsm_wait(PG_FUNCTION_ARGS)
  *
  * tsmove.wait() as a procedure: it returns the same state, in the column
  * state (the argument's value is ignored).  Called on its own (CALL
- * outside a transaction block) it commits after each poll, so it holds no
- * snapshot while it waits and vacuum and pruning go on everywhere: a long
+ * outside a transaction block) it holds no snapshot between its polls (see
+ * tsm_wait_until_settled), so vacuum and pruning go on everywhere: a long
  * SELECT tsmove.wait() under an update-heavy load costs that load more
  * than the move does.  Inside a transaction block or a function it cannot
  * commit, and waits as tsmove.wait() does.  Takes no locks.

@@ -12,7 +12,7 @@
 
 /* Regular backends watched; more are sampled in turn. */
 #define TSM_PACER_MAX_BACKENDS 1024
-/* The baseline is the highest count of this many last probes. */
+/* The baseline is the median count of this many last probes. */
 #define TSM_PACER_PROBES_KEPT 3
 
 typedef struct TsmPacer

@@ -214,8 +214,8 @@ _PG_init(void)
 	DefineCustomRealVariable("pg_tsmove.min_rate_mb",
 							 "Lowest pace of adaptive pacing, in MB per second.",
 							 "Adaptive pacing also stays above the rate at which other sessions change "
-							 "the job's pages, plus a tenth of its catch-up's backlog a second, so that "
-							 "the move converges.",
+							 "pages the job has copied, plus a quarter of their changes ahead of the copy "
+							 "and a tenth of its catch-up's backlog a second, so that the move converges.",
 							 &tsm_min_rate_mb,
 							 1.0, 0.1, 1.0e6,
 							 PGC_SIGHUP, 0,

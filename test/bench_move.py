@@ -16,7 +16,7 @@ its indexes -- between tablespaces ts_a and ts_b with three methods:
 
     ALTER     ALTER TABLE pgbench_accounts SET TABLESPACE <target>
     tsmove    SELECT tsmove.move('pgbench_accounts', <target>[, max_rate_mb => 0]);
-              then poll tsmove.jobs until it ends (moves.poll_job)
+              CALL tsmove.wait_for(job)  (moves.wait_job_without_snapshot)
     pg_repack pg_repack --no-order --table=pgbench_accounts --tablespace=<target>
               (without --moveidx: the indexes are rebuilt where they are)
 
@@ -90,7 +90,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (Pgbench, Sampler, fmt, git_head, log, server_log_problems,  # noqa: E402
                       so_mtime, verdict, wal_diff, wal_lsn)
-from moves import poll_job  # noqa: E402
+from moves import wait_job_without_snapshot  # noqa: E402
 from pgcluster import PG_BIN, Cluster, chown_to_server_user  # noqa: E402
 
 TABLE = "pgbench_accounts"
@@ -201,8 +201,8 @@ def run_tsmove(c, target, rate=None, wait_timeout_s=1800):
         else:
             job = conn.execute("SELECT tsmove.move(%s, %s, max_rate_mb => %s)",
                                (TABLE, target, rate)).fetchone()[0]
-    # CALL tsmove.wait_for(): tsmove.wait()'s snapshot would cost pgbench (moves.poll_job)
-    state = poll_job(c, job, wait_timeout_s)
+    # not SELECT tsmove.wait(): its snapshot would cost pgbench
+    state = wait_job_without_snapshot(c, job, wait_timeout_s)
     t1 = time.time()
     row = job_row(c, job)
     res = {"start": t0, "end": t1, "ok": state == "done", "job": job,

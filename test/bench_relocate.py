@@ -15,7 +15,7 @@ under TPC-B (pgbench -c 4 -j 2, a 10 s warm-up and a 15 s baseline window
 before the method starts) except the offline one:
 
     relocate  SELECT tsmove.relocate_tablespace('ts_a', <new dir>) at the
-              default rate (pg_tsmove.max_rate_mb); polled to its end
+              default rate (pg_tsmove.max_rate_mb); CALL tsmove.wait_for()
     floor     the same bytes (the files of ts_a) copied by a plain process
               at the relocation's average rate, with writeback and fsync as
               pg_tsmove's sink does (benchlib.PacedCopier): what writing
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_move import SERVER_CONF, machine_facts  # noqa: E402
 from benchlib import (PacedCopier, Pgbench, Sampler, fmt, log,  # noqa: E402
                       server_log_problems, verdict, wal_diff, wal_lsn)
-from moves import poll_job  # noqa: E402
+from moves import wait_job_without_snapshot  # noqa: E402
 from pgcluster import Cluster, chown_to_server_user, make_server_dir  # noqa: E402
 
 WARMUP_S = 10.0
@@ -87,7 +87,7 @@ def integrity(c):
 def run_relocate(c, spc, dest):
     t0 = time.time()
     job = c.sql_scalar("SELECT tsmove.relocate_tablespace(%s, %s)", (spc, dest))
-    state = poll_job(c, job)      # CALL tsmove.wait_for(): see moves.poll_job
+    state = wait_job_without_snapshot(c, job)
     t1 = time.time()
     row = dict(zip(("bytes_written", "wal_bytes", "switch_ms", "lock_wait_ms",
                     "switch_attempts", "blocks_recopied", "blocks_under_lock", "error"),

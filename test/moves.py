@@ -38,7 +38,7 @@ def wait_job(cluster, job, timeout_s=300, dbname="postgres"):
                               (job, timeout_s), dbname=dbname)
 
 
-def poll_job(cluster, job, timeout_s=1800, dbname="postgres"):
+def wait_job_without_snapshot(cluster, job, timeout_s=1800, dbname="postgres"):
     """Wait for a job with CALL tsmove.wait_for(), which commits between its
     polls; returns the state (the current one at the timeout).  Benchmarks
     wait this way: SELECT tsmove.wait() is one statement, and its snapshot

@@ -44,7 +44,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from moves import poll_job
+from moves import wait_job_without_snapshot
 from pgcluster import PG_BIN
 
 
@@ -106,7 +106,7 @@ def _wait_jobs(run, first_job, tr):
     states = {}
     for job in jobs:
         left = max(1.0, deadline - time.time())
-        states[job] = poll_job(run.cluster, job, left)    # see moves.poll_job
+        states[job] = wait_job_without_snapshot(run.cluster, job, left)
         if states[job] != "done":
             break
     tr.end = time.time()
@@ -120,7 +120,7 @@ def _wait_jobs(run, first_job, tr):
                         "cancelled" % run.transition_timeout)
             run.cluster.sql_scalar("SELECT tsmove.cancel(%s)", (first_job,))
             for job in jobs:
-                poll_job(run.cluster, job, 120)
+                wait_job_without_snapshot(run.cluster, job, 120)
     tr.details["jobs"] = _job_rows(run.cluster, jobs)
     return tr
 
