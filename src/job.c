@@ -816,15 +816,7 @@ tsm_cancel(PG_FUNCTION_ARGS)
 	 */
 	if (tsm_jobrec_cancel_queued(job_id, &storage))
 	{
-		for (int i = 0; i < storage.nnew; i++)
-		{
-			TsmRelFileNode node;
-
-			TSM_SPC(node) = storage.target_spc;
-			TSM_DB(node) = MyDatabaseId;
-			TSM_REL(node) = storage.new_relfilenodes[i];
-			tsm_drop_storage(node);
-		}
+		tsm_drop_storage_set(storage.target_spc, storage.new_relfilenodes, storage.nnew);
 		if (storage.nnew > 0)
 		{
 			tsm_resume_drop_slot(MyDatabaseId, job_id);

@@ -165,15 +165,22 @@ tsm_ctl_publish(TsmJobCtl *ctl, bool force)
 	LWLockRelease(tsm_shared->lock);
 }
 
-/* Save state, counters and error (NULL clears it) in the row, in a transaction of its own. */
+/* Save state, counters and error (NULL clears it) in the row, in the current transaction. */
 void
-tsm_ctl_save(TsmJobCtl *ctl, const char *error)
+tsm_ctl_save_in_transaction(TsmJobCtl *ctl, const char *error)
 {
 	ctl->progress.wal_bytes = pgWalUsage.wal_bytes - ctl->wal_usage_at_start;
-	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	tsm_jobrec_save(ctl->job_id, &ctl->progress, error);
 	PopActiveSnapshot();
+}
+
+/* The same, in a transaction of its own. */
+void
+tsm_ctl_save(TsmJobCtl *ctl, const char *error)
+{
+	StartTransactionCommand();
+	tsm_ctl_save_in_transaction(ctl, error);
 	CommitTransactionCommand();
 }
 

@@ -65,6 +65,7 @@ extern void tsm_ctl_continue_counters(TsmJobCtl *ctl, const TsmProgress *earlier
 extern void tsm_ctl_set_state(TsmJobCtl *ctl, TsmJobState state);
 extern void tsm_ctl_publish(TsmJobCtl *ctl, bool force);
 extern void tsm_ctl_save(TsmJobCtl *ctl, const char *error);
+extern void tsm_ctl_save_in_transaction(TsmJobCtl *ctl, const char *error);
 extern void tsm_ctl_check(TsmJobCtl *ctl);
 extern void tsm_ctl_sleep(TsmJobCtl *ctl, long ms);
 extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled);

@@ -650,7 +650,8 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 
 	jobsql_begin(&ctx);
 	jobsql_run("SELECT job_id, state, target_tablespace, new_relfilenodes, "
-			   "job_kind, old_location, new_location, mode "
+			   "job_kind, old_location, new_location, mode, source_tablespace, "
+			   "old_relfilenodes "
 			   "FROM tsmove.job WHERE state NOT IN " TSM_FINAL_STATES_SQL
 			   " AND (state NOT IN ('queued', 'paused') OR new_relfilenodes IS NOT NULL) "
 			   "ORDER BY job_id FOR UPDATE",
@@ -675,9 +676,15 @@ tsm_jobrec_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 		job.new_location = SPI_getvalue(rows->vals[i], rows->tupdesc, 7);
 		job.mode = tsm_mode_from_name(SPI_getvalue(rows->vals[i], rows->tupdesc, 8),
 									  false, &known);
+		job.source_spc = DatumGetObjectId(jobsql_value(i, 9, &isnull));
 		nodes = jobsql_value(i, 4, &isnull);
 		if (!isnull)
+		{
 			job.nnew = oid_array_values(nodes, job.new_relfilenodes);
+			/* recorded in the same statement as the new ones */
+			job.nold = oid_array_values(jobsql_value(i, 10, &isnull),
+										job.old_relfilenodes);
+		}
 		callback(&job, arg);
 	}
 	jobsql_end(&ctx);

@@ -78,9 +78,12 @@ typedef struct TsmUnfinishedJob
 	TsmJobKind	kind;
 	TsmJobState state;
 	TsmMoveMode mode;
+	Oid			source_spc;
 	Oid			target_spc;
 	int			nnew;
 	TsmRelFileNumber new_relfilenodes[TSM_MAX_MEMBERS];
+	int			nold;			/* a relation move's old storage, once the */
+	TsmRelFileNumber old_relfilenodes[TSM_MAX_MEMBERS];	/* new is recorded */
 	char	   *old_location;	/* a relocation's, once recorded */
 	char	   *new_location;
 } TsmUnfinishedJob;

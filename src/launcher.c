@@ -15,7 +15,9 @@
  * nothing where pg_tsmove is not installed; elsewhere, for every job that
  * started, has not ended and is not run by a live worker:
  *	- if the switch committed (row says 'warming', or pg_class already
- *	  points at a new relfilenode) the job is marked done;
+ *	  points at a new relfilenode) the old relfilenodes recorded in the row
+ *	  are dropped (the worker drops them last, relmove.c) and the job is
+ *	  marked done;
  *	- a relation move that can resume (pg_tsmove.resume_after_restart, a
  *	  resume point, its slot still keeping the WAL from there, no FSM or
  *	  VM fork created by a switch) is queued again, and the next worker
@@ -792,8 +794,11 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 
 	if (switched)
 	{
+		/* the old files, which the worker drops last (relmove.c) */
+		tsm_drop_storage_set(job->source_spc, job->old_relfilenodes, job->nold);
 		tsm_jobrec_set_state(job->job_id, TSM_DONE,
-							 "the server stopped after the switch, before warming finished");
+							 "the server stopped after the switch, before the move finished; "
+							 "the old files were removed");
 		tsm_resume_drop_slot(MyDatabaseId, job->job_id);
 		tsm_resume_forget(MyDatabaseId, job->job_id);
 		ereport(LOG,
@@ -821,15 +826,7 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 						(long long) job->job_id)));
 		return;
 	}
-	for (int i = 0; i < job->nnew; i++)
-	{
-		TsmRelFileNode node;
-
-		TSM_SPC(node) = job->target_spc;
-		TSM_DB(node) = MyDatabaseId;
-		TSM_REL(node) = job->new_relfilenodes[i];
-		tsm_drop_storage(node);
-	}
+	tsm_drop_storage_set(job->target_spc, job->new_relfilenodes, job->nnew);
 	tsm_resume_drop_slot(MyDatabaseId, job->job_id);
 	tsm_resume_forget(MyDatabaseId, job->job_id);
 	tsm_jobrec_set_state(job->job_id, TSM_FAILED,

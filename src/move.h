@@ -23,8 +23,13 @@
  *	switch_commit	make the new files the ones in use; from its point of
  *					no return on, job->switch_committed is true
  *	finish			after the switch: warm the cache, remove the old files
+ *					(or shrink them, for drop_old to remove)
+ *	drop_old		NULL, or: in the transaction that records the job as
+ *					done, schedule the removal of the old files at its
+ *					commit
  *	cleanup			after an error: remove what prepare created unless the
- *					switch committed, release what the job holds
+ *					switch committed (and the old files if it did),
+ *					release what the job holds
  *
  * Between switch_check and switch_commit the worker flushes the WAL, reads
  * it to the end, copies every dirty and pending block and the files copied
@@ -57,6 +62,7 @@ typedef struct TsmFrontEnd
 	void		(*switch_release) (TsmJob *job);
 	void		(*switch_commit) (TsmJob *job);
 	void		(*finish) (TsmJob *job);
+	void		(*drop_old) (TsmJob *job);
 	void		(*cleanup) (TsmJob *job);
 } TsmFrontEnd;
 
@@ -130,6 +136,7 @@ typedef struct TsmRelMove
 } TsmRelMove;
 
 extern void tsm_drop_storage(TsmRelFileNode node);
+extern void tsm_drop_storage_set(Oid spc, const TsmRelFileNumber *relfilenumbers, int n);
 
 /* relocate.c */
 extern char *tsm_check_relocatable(Oid spc, const char *spcname,

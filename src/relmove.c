@@ -35,6 +35,9 @@
  *	  standbys too.  Never unlink() by hand.  A relfilenode that pg_class
  *	  maps is never dropped, whoever asks: once the switch has committed,
  *	  the new files are the relation's storage.
+ *	- The old storage outlives the switch by a moment: the worker shrinks
+ *	  it gently, then drops it as it records the job done (below, "the old
+ *	  storage").
  *
  * Locks: the session locks above, taken without queueing (a queued request
  * would block the DDL and DML behind it) after checking that the
@@ -95,6 +98,21 @@ tsm_drop_storage(TsmRelFileNode node)
 	FreeFakeRelcacheEntry(fake);
 }
 
+/* tsm_drop_storage() of each of n relfilenodes of this database in a tablespace. */
+void
+tsm_drop_storage_set(Oid spc, const TsmRelFileNumber *relfilenumbers, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		TsmRelFileNode node;
+
+		TSM_SPC(node) = spc;
+		TSM_DB(node) = MyDatabaseId;
+		TSM_REL(node) = relfilenumbers[i];
+		tsm_drop_storage(node);
+	}
+}
+
 static TsmRelMember *
 member_of(TsmFileSet *fs, TsmFile *f)
 {
@@ -151,9 +169,47 @@ relmove_sync(TsmFileSet *fs, TsmFile *f)
 }
 
 /*
+ * Truncate a relfilenode's fork to nblocks as RelationTruncate() does:
+ * WAL-logged first and flushed (if the fork is WAL-logged), so that crash
+ * recovery and standbys truncate it too and forget references to the
+ * blocks cut off; then the buffers past the end dropped and the file cut,
+ * in a critical section, with checkpoints held back meanwhile
+ * (DELAY_CHKPT_START: the sync request the truncation registers is not
+ * left behind a checkpoint whose redo pointer precedes the record;
+ * DELAY_CHKPT_COMPLETE: no checkpoint completes between dropping the
+ * buffers and cutting the file).  Only a main fork is WAL-logged here.
+ */
+static void
+truncate_storage(TsmRelFileNode node, ForkNumber fork, BlockNumber nblocks,
+				 bool wal_logged)
+{
+	SMgrRelation reln = tsm_smgropen(node);	/* not in the critical section */
+
+	Assert(!wal_logged || fork == MAIN_FORKNUM);
+	Assert((MyProc->delayChkptFlags & (DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE)) == 0);
+	MyProc->delayChkptFlags |= DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE;
+	START_CRIT_SECTION();
+	if (wal_logged)
+	{
+		xl_smgr_truncate xlrec;
+		XLogRecPtr	lsn;
+
+		xlrec.blkno = nblocks;
+		TSM_SMGR_XLREC_NODE(&xlrec) = node;
+		xlrec.flags = SMGR_TRUNCATE_HEAP;
+		XLogBeginInsert();
+		XLogRegisterData((char *) &xlrec, sizeof(xlrec));
+		lsn = XLogInsert(RM_SMGR_ID, XLOG_SMGR_TRUNCATE | XLR_SPECIAL_REL_UPDATE);
+		XLogFlush(lsn);
+	}
+	tsm_smgr_truncate(reln, fork, nblocks);
+	END_CRIT_SECTION();
+	MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
+}
+
+/*
  * The source was truncated (VACUUM, while a resumed move held no lock):
- * truncate the copy, WAL-logged first as RelationTruncate() does, so that
- * crash recovery and standbys truncate it too.
+ * truncate the copy too.
  */
 static void
 relmove_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks)
@@ -163,21 +219,7 @@ relmove_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks)
 
 	if (!smgrexists(dest, f->key.fork) || smgrnblocks(dest, f->key.fork) <= nblocks)
 		return;
-	if (fork_needs_wal(m, f->key.fork))
-	{
-		xl_smgr_truncate xlrec;
-		XLogRecPtr	lsn;
-
-		Assert(f->key.fork == MAIN_FORKNUM);
-		xlrec.blkno = nblocks;
-		TSM_SMGR_XLREC_NODE(&xlrec) = m->new_node;
-		xlrec.flags = SMGR_TRUNCATE_HEAP;
-		XLogBeginInsert();
-		XLogRegisterData((char *) &xlrec, sizeof(xlrec));
-		lsn = XLogInsert(RM_SMGR_ID, XLOG_SMGR_TRUNCATE | XLR_SPECIAL_REL_UPDATE);
-		XLogFlush(lsn);
-	}
-	tsm_smgr_truncate(dest, f->key.fork, nblocks);
+	truncate_storage(m->new_node, f->key.fork, nblocks, fork_needs_wal(m, f->key.fork));
 	m->resumed_length = Min(m->resumed_length, nblocks);
 }
 
@@ -529,7 +571,68 @@ release_session_locks(TsmRelMove *move)
 	}
 }
 
-/* finish: release the session locks, then warm the cache. */
+/* ---- the old storage ---- */
+
+/*
+ * The switch leaves the old files in place: dropped in its own commit,
+ * they would be freed all at once right after the locks go, and TPC-B's
+ * worst transaction of a whole move fell there (engine.h, "shrink").  So
+ * after warming the worker shrinks each old main fork from its end, a
+ * step at a time, each step WAL-logged (standbys and crash recovery shrink
+ * it the same way), and then drops the old storage in the transaction that
+ * records the job as done, whose commit record removes what is left, here
+ * and on standbys.  Nobody uses the old files after the switch: every
+ * backend that locks the relation sees the new relfilenode.  A job stopped
+ * in between drops them at once: in cleanup, or, after a crash, in the
+ * recovery pass, which finds the job 'warming' and its old relfilenodes in
+ * the row.  Until then no new relation can take their relfilenodes: the
+ * files still exist.
+ */
+
+/* Shrink the old main forks a step at a time, outside any transaction. */
+static void
+shrink_old_storage(TsmJob *job)
+{
+	TsmRelMove *move = (TsmRelMove *) job->state;
+	bool		first_step = true;
+
+	tsm_ctl_note(&job->ctl, "%s", "removing the old files");
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		TsmRelMember *m = &move->members[i];
+		SMgrRelation old = tsm_smgropen(m->old_node);
+		BlockNumber nblocks;
+		BlockNumber step;
+
+		if (!smgrexists(old, MAIN_FORKNUM))
+			continue;
+		nblocks = smgrnblocks(old, MAIN_FORKNUM);
+		step = tsm_shrink_step_bytes((uint64) nblocks * BLCKSZ) / BLCKSZ;
+		while (nblocks > 0)
+		{
+			nblocks = nblocks > step ? nblocks - step : 0;
+			truncate_storage(m->old_node, MAIN_FORKNUM, nblocks,
+							 fork_needs_wal(m, MAIN_FORKNUM));
+			if (first_step)
+				tsm_ctl_debug_pause(&job->ctl, "shrinking");
+			first_step = false;
+			tsm_ctl_sleep(&job->ctl, TSM_SHRINK_PAUSE_MS);
+		}
+	}
+}
+
+/*
+ * Schedule the removal of the old storage at the commit of the current
+ * transaction, and give it an XID so that its commit record says so.
+ */
+static void
+drop_old_storage(TsmJob *job)
+{
+	tsm_drop_storage_set(job->row.source_spc, job->row.old_nodes, job->row.nmembers);
+	(void) GetCurrentTransactionId();
+}
+
+/* finish: release the session locks, warm the cache, shrink the old files. */
 static void
 relmove_finish(TsmJob *job)
 {
@@ -538,6 +641,7 @@ relmove_finish(TsmJob *job)
 	release_session_locks(move);
 	tsm_ctl_debug_pause(&job->ctl, "warming");
 	tsm_relation_warm(job);
+	shrink_old_storage(job);
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld moved \"%s\" to tablespace \"%s\": "
 					"%lld blocks, %lld re-copied, exclusive lock held %.1f ms",
@@ -548,10 +652,10 @@ relmove_finish(TsmJob *job)
 }
 
 /*
- * cleanup: drop the new storage unless the switch committed, in a
- * transaction of its own, then release the session locks.  What to drop is
- * what the row recorded (a resumed job: whether or not prepare got that
- * far).
+ * cleanup: drop the new storage unless the switch committed, the old
+ * storage if it did, in a transaction of its own, then release the session
+ * locks.  What to drop is what the row recorded (a resumed job: whether or
+ * not prepare got that far).
  */
 static void
 relmove_cleanup(TsmJob *job)
@@ -560,19 +664,17 @@ relmove_cleanup(TsmJob *job)
 
 	if (move == NULL)
 		return;
-	if (job->row.nmembers > 0 && !job->switch_committed)
+	if (job->row.nmembers > 0)
 	{
 		StartTransactionCommand();
-		for (int i = 0; i < job->row.nmembers; i++)
+		if (job->switch_committed)
+			drop_old_storage(job);
+		else
 		{
-			TsmRelFileNode node;
-
-			TSM_SPC(node) = job->row.target_spc;
-			TSM_DB(node) = MyDatabaseId;
-			TSM_REL(node) = job->row.new_nodes[i];
-			tsm_drop_storage(node);
+			tsm_drop_storage_set(job->row.target_spc, job->row.new_nodes,
+								 job->row.nmembers);
+			(void) GetCurrentTransactionId();	/* the commit record drops them */
 		}
-		(void) GetCurrentTransactionId();	/* the commit record drops them */
 		CommitTransactionCommand();
 		job->row.nmembers = 0;
 	}
@@ -587,5 +689,6 @@ const TsmFrontEnd tsm_relation_move = {
 	.switch_release = tsm_relation_switch_release,
 	.switch_commit = tsm_relation_switch_commit,
 	.finish = relmove_finish,
+	.drop_old = drop_old_storage,
 	.cleanup = relmove_cleanup,
 };

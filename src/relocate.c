@@ -1559,6 +1559,63 @@ remove_old_files(TsmRelocation *st)
 	fsync_fname(st->old_location, true);
 }
 
+/* Add the regular files under dir, and under its subdirectories, to *files. */
+static void
+list_old_files(const char *dir, bool recurse, List **files)
+{
+	DIR		   *d = AllocateDir(dir);
+	struct dirent *de;
+
+	while ((de = ReadDirExtended(d, dir, LOG)) != NULL)
+	{
+		char	   *path;
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		path = psprintf("%s/%s", dir, de->d_name);
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && recurse)
+			list_old_files(path, false, files);
+		else if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+			*files = lappend(*files, path);
+	}
+	FreeDir(d);
+}
+
+/*
+ * Free the old files' space a step at a time before they are removed
+ * (engine.h, "shrink"): nothing uses them any more.  Best effort: what is
+ * not shrunk is removed at once.  No descriptor is held across a sleep,
+ * which a cancel can end with an error.
+ */
+static void
+shrink_old_files(TsmJob *job, const char *old_dir)
+{
+	List	   *files = NIL;
+	ListCell   *lc;
+
+	list_old_files(old_dir, true, &files);
+	foreach(lc, files)
+	{
+		const char *path = lfirst(lc);
+		struct stat st;
+		uint64		step;
+		off_t		size;
+
+		if (stat(path, &st) < 0 || (uint64) st.st_size <= TSM_SHRINK_STEP_BYTES)
+			continue;
+		step = tsm_shrink_step_bytes(st.st_size);
+		for (size = st.st_size; size > 0;)
+		{
+			size = (uint64) size > step ? size - step : 0;
+			if (truncate(path, size) < 0)
+				break;
+			tsm_ctl_sleep(&job->ctl, TSM_SHRINK_PAUSE_MS);
+		}
+	}
+	list_free_deep(files);
+}
+
 /* finish: the shared buffers stay valid (relfilenodes are unchanged); remove the old files. */
 static void
 relocate_finish(TsmJob *job)
@@ -1566,6 +1623,8 @@ relocate_finish(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 
 	close_all_files(job);
+	tsm_ctl_note(&job->ctl, "%s", "removing the old files");
+	shrink_old_files(job, st->old_dir);
 	remove_old_files(st);
 	release_tablespace_lock(st);
 	ereport(LOG,
@@ -1625,6 +1684,7 @@ const TsmFrontEnd tsm_tablespace_relocation = {
 	.switch_release = relocate_switch_release,
 	.switch_commit = relocate_switch_commit,
 	.finish = relocate_finish,
+	.drop_old = NULL,
 	.cleanup = relocate_cleanup,
 };
 

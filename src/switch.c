@@ -31,13 +31,15 @@
  *	   VM, and fsyncs every fork of the new storage.
  *	4. tsm_relation_switch_commit: SetRelationTableSpace() points pg_class
  *	   at the new relfilenode (it handles the catalog's locking),
- *	   RelationAssumeNewRelfilenode() as core's SET TABLESPACE does,
- *	   RelationDropStorage() of the old files so that the commit record
- *	   unlinks them, here and on standbys.  The job row says 'warming' in
- *	   the same transaction, so after a crash the row tells whether the
- *	   switch committed; an xact callback sets job->switch_committed as soon
- *	   as the commit record is written, and from then on nothing drops the
- *	   new files.
+ *	   RelationAssumeNewRelfilenode() as core's SET TABLESPACE does.  The
+ *	   job row says 'warming' in the same transaction, so after a crash the
+ *	   row tells whether the switch committed; an xact callback sets
+ *	   job->switch_committed as soon as the commit record is written, and
+ *	   from then on nothing drops the new files.  The old files are not
+ *	   dropped here: relmove.c shrinks them gently after warming and drops
+ *	   them in the commit that records the job as done (freed all at once
+ *	   when this commit releases the locks, a big file stalled everyone's
+ *	   WAL flushes).
  *
  * Locks: called with the job's session lock held and no transaction open.
  *
@@ -231,8 +233,8 @@ note_switch_commit(XactEvent event, void *arg)
 
 /*
  * With the locks held and the new storage complete and synced: point
- * pg_class at the new files, schedule the old ones for removal at commit,
- * and commit.
+ * pg_class at the new files and commit.  The old files stay, unused, for
+ * relmove.c to remove after warming.
  */
 void
 tsm_relation_switch_commit(TsmJob *job)
@@ -255,7 +257,6 @@ tsm_relation_switch_commit(TsmJob *job)
 				 RelationGetRelationName(rel), new_nblocks,
 				 RelationGetNumberOfBlocks(rel), (long long) f->dirty.count);
 
-		RelationDropStorage(rel);
 		SetRelationTableSpace(rel, job->row.target_spc, TSM_REL(m->new_node));
 		InvokeObjectPostAlterHook(RelationRelationId, m->relid, 0);
 		RelationAssumeNewRelfilenode(rel);
@@ -267,11 +268,7 @@ tsm_relation_switch_commit(TsmJob *job)
 	PopActiveSnapshot();
 	tsm_ctl_debug_pause(&job->ctl, "switching");
 
-	/*
-	 * switch_ms ends at commit: CommitTransaction releases the locks right
-	 * after the commit callbacks, and only then unlinks the old files,
-	 * which can take long for a big relation but blocks nobody.
-	 */
+	/* switch_ms ends at commit: CommitTransaction releases the locks right after the commit callbacks. */
 	RegisterXactCallback(note_switch_commit, job);
 	PG_TRY();
 	{

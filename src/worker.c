@@ -27,7 +27,8 @@
  *	- switching: with the locks held, flush the WAL, read it to its end,
  *	  copy the last dirty blocks and the files that must be copied under
  *	  the locks, fsync, and let the front end commit the switch;
- *	- finish (front end).
+ *	- finish (front end), then the old files' drop (front end) in the
+ *	  transaction that records the job as done.
  *
  * The worker connects as the bootstrap superuser and overrides what the
  * database owner could have set for it (ALTER DATABASE ... SET
@@ -409,9 +410,17 @@ run_job(TsmJob *job)
 	tsm_resume_forget(MyDatabaseId, job->row.job_id);
 	job->front->finish(job);
 
+	/*
+	 * The old files go with the commit that records the end: after a crash
+	 * the row says 'warming' while they are still there.
+	 */
 	job->ctl.progress.state = TSM_DONE;
 	tsm_ctl_note(&job->ctl, "%s", "");
-	tsm_ctl_save(&job->ctl, NULL);
+	StartTransactionCommand();
+	if (job->front->drop_old)
+		job->front->drop_old(job);
+	tsm_ctl_save_in_transaction(&job->ctl, NULL);
+	CommitTransactionCommand();
 	tsm_ctl_publish(&job->ctl, true);
 }
 

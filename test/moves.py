@@ -51,6 +51,21 @@ def wait_job_without_snapshot(cluster, job, timeout_s=1800, dbname="postgres"):
                             (job, timeout_s)).fetchone()[0]
 
 
+def move_paused_at(cluster, phase, rel="victim", target="ts_b"):
+    """Start an unthrottled move that pg_tsmove.debug_pause_at holds at
+    phase; return its job id once the worker has paused there.  The setting
+    is reset in the file only: the paused worker does not reload, and the
+    next start of the server reads it back."""
+    cluster.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
+    cluster.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    job = start_move(cluster, rel, target, max_rate_mb=0)
+    wait_for(lambda: "job %d pauses at %s" % (job, phase) in cluster.log_contents(),
+             60, what="the worker to pause at " + phase)
+    cluster.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    return job
+
+
 def job_row(cluster, job, dbname="postgres"):
     """The job's row of tsmove.jobs as a dict."""
     row = cluster.sql("SELECT " + ", ".join(JOB_COLUMNS)

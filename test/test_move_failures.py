@@ -14,7 +14,7 @@ import pytest
 from pgcluster import chown_to_server_user, make_server_dir
 
 from moves import (assert_intact_in, job_row, make_table,
-                   move_again_succeeds, move_victim_while_copying, start_move,
+                   move_again_succeeds, move_paused_at, move_victim_while_copying, start_move,
                    tablespace_of, wait_for, wait_for_state, wait_job)
 
 
@@ -222,14 +222,7 @@ def test_crash_at_the_switch(primary, phase, resume, state, survivor):
     expected = make_table(primary)
     primary.sql("VACUUM victim")           # an FSM and a VM to copy under the lock
     primary.sql("ALTER SYSTEM SET pg_tsmove.resume_after_restart = %s" % resume)
-    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
-    primary.sql("SELECT pg_reload_conf()")
-    time.sleep(0.3)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
-    wait_for(lambda: "job %d pauses at %s" % (job, phase) in primary.log_contents(),
-             60, what="the worker to pause at " + phase)
-    # for the next start only: the paused worker does not reload
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    job = move_paused_at(primary, phase)
     primary.kill9()
     primary.start()
 
@@ -245,6 +238,47 @@ def test_crash_at_the_switch(primary, phase, resume, state, survivor):
     assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots") == 0
     if survivor == "ts_a":
         move_again_succeeds(primary, expected)
+
+
+@pytest.mark.pg_conf("full_page_writes = off")
+def test_crash_while_the_old_files_shrink(primary, standby):
+    """After the switch the old files are shrunk a step at a time, each step
+    WAL-logged, and dropped last.  After the first step the old file is
+    smaller but still there, and the standby has shrunk its copy to the
+    same size (not all at once when the drop replays).  kill -9 there:
+    crash recovery replays changes of pages the step cut off (made after
+    the last checkpoint, without full-page images), then the truncation;
+    the recovery pass drops what is left of the old files, the job is done,
+    the data intact, and the standby follows."""
+    expected_rows = make_table(primary)
+    old_path = primary.sql_scalar("SELECT pg_relation_filepath('victim')")
+    old_size = os.path.getsize(os.path.join(primary.data_dir, old_path))
+    primary.sql("CHECKPOINT")
+    # changes of the file's last pages, after the redo point: replayed on
+    # pages that the shrinking cut off
+    primary.sql("UPDATE victim SET pad = repeat('w', 100) WHERE id > 199000")
+    expected = primary.row_hash("victim", "id")
+    assert expected != expected_rows
+    job = move_paused_at(primary, "shrinking")
+    assert job_row(primary, job)["state"] == "warming"
+    shrunk = os.path.getsize(os.path.join(primary.data_dir, old_path))
+    assert 0 < shrunk < old_size, (shrunk, old_size)
+    primary.wait_for_replay(standby)
+    assert os.path.getsize(os.path.join(standby.data_dir, old_path)) == shrunk
+    primary.kill9()
+    primary.start()
+
+    row = wait_for_state(primary, job, ("failed", "done"), 30)
+    assert row["state"] == "done", row
+    assert "old files were removed" in row["error"]
+    assert "invalid pages" not in primary.log_contents()
+    assert_intact_in(primary, "ts_b", expected)
+    assert not os.path.exists(os.path.join(primary.data_dir, old_path))
+    assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots") == 0
+    primary.wait_for_replay(standby)
+    assert standby.row_hash("victim", "id") == expected
+    assert list(standby.relation_files("victim")) == ["ts_b"]
+    assert not os.path.exists(os.path.join(standby.data_dir, old_path))
 
 
 def test_cancel_table_job_cancels_its_queued_index_jobs(primary):
@@ -343,20 +377,15 @@ def test_error_after_the_switch_commit_keeps_the_new_files(primary):
     """The worker is stopped after the switch committed and before it could
     record the end (the extension is dropped meanwhile, so even the row is
     gone): the abort path must not drop the new files, which are the
-    table's storage now."""
+    table's storage now, and drops the old ones, which the worker had not
+    removed yet."""
     expected = make_table(primary)
-    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'warming'")
-    primary.sql("SELECT pg_reload_conf()")
-    time.sleep(0.3)
-    job = start_move(primary, "victim", "ts_b", max_rate_mb=0)
-    wait_for(lambda: "job %d pauses at warming" % job in primary.log_contents(),
-             60, what="the worker to pause after the switch")
+    job = move_paused_at(primary, "warming")
     pid = primary.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
     primary.sql("DROP EXTENSION pg_tsmove")
     primary.sql("SELECT pg_terminate_backend(%s)", (pid,))
     wait_for(lambda: "could not record the end of job %d (done)" % job in primary.log_contents(),
              30, what="the worker to give up on the job row")
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
     primary.sql("SELECT pg_reload_conf()")
     assert primary.row_hash("victim", "id") == expected
     assert tablespace_of(primary, "victim") == "ts_b"
