@@ -83,8 +83,12 @@ PG_FUNCTION_INFO_V1(tsm_purge_jobs);
 /* Longest timeout tsmove.wait() accepts: 100 years, in seconds. */
 #define TSM_WAIT_MAX_SECONDS (100.0 * 365.25 * 86400.0)
 
-/* Whether this transaction submitted a job (see tsm_submit_xact_callback). */
+/*
+ * Whether this transaction submitted a job, or updated the row of a queued
+ * one (see tsm_submit_xact_callback).
+ */
 static bool submitted_in_xact = false;
+static bool queued_job_touched_in_xact = false;
 static bool submit_callback_registered = false;
 
 /*
@@ -371,6 +375,11 @@ tsm_check_no_active_job(Oid relid, const char *relname)
  * At commit of a transaction that submitted jobs, tell the launcher; a
  * prepared one could commit after a restart with nobody told, so PREPARE
  * is refused, as core refuses it after LISTEN or for temporary objects.
+ *
+ * The same at commit of a transaction that updated a queued job's row
+ * (set_rate(), pause()), without the refusal: a worker claims jobs with
+ * FOR UPDATE SKIP LOCKED, so one that looked for work while the row was
+ * locked passed over it, and, finding nothing else, exited.
  */
 static void
 tsm_submit_xact_callback(XactEvent event, void *arg)
@@ -386,28 +395,43 @@ tsm_submit_xact_callback(XactEvent event, void *arg)
 						 errhint("Call tsmove.move() in a transaction that is committed directly.")));
 			break;
 		case XACT_EVENT_COMMIT:
-			if (submitted_in_xact)
+			if (submitted_in_xact || queued_job_touched_in_xact)
 				tsm_mark_database_pending(MyDatabaseId, false);
-			submitted_in_xact = false;
+			submitted_in_xact = queued_job_touched_in_xact = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			submitted_in_xact = false;
+		case XACT_EVENT_PREPARE:
+			submitted_in_xact = queued_job_touched_in_xact = false;
 			break;
 		default:
 			break;
 	}
 }
 
-void
-tsm_note_submission(void)
+static void
+register_submit_callback(void)
 {
 	if (!submit_callback_registered)
 	{
 		RegisterXactCallback(tsm_submit_xact_callback, NULL);
 		submit_callback_registered = true;
 	}
+}
+
+void
+tsm_note_submission(void)
+{
+	register_submit_callback();
 	submitted_in_xact = true;
+}
+
+/* This transaction updated the row of a job that is (still) queued. */
+static void
+tsm_note_queued_job_touched(void)
+{
+	register_submit_callback();
+	queued_job_touched_in_xact = true;
 }
 
 /*
@@ -869,6 +893,8 @@ tsm_set_rate(PG_FUNCTION_ARGS)
 	LWLockRelease(tsm_shared->lock);
 
 	tsm_jobrec_set_rate(job_id, rate);
+	if (info.state == TSM_QUEUED)
+		tsm_note_queued_job_touched();
 	PG_RETURN_BOOL(true);
 }
 
@@ -921,10 +947,15 @@ tsm_pause(PG_FUNCTION_ARGS)
 {
 	TsmJobInfo	info;
 	int64		job_id = tsm_steered_job(fcinfo, &info);
+	TsmJobState state;
 
-	if (tsm_state_is_final(info.state) ||
-		tsm_state_is_final(tsm_jobrec_request_pause(job_id, true)))
+	if (tsm_state_is_final(info.state))
 		PG_RETURN_BOOL(false);
+	state = tsm_jobrec_request_pause(job_id, true);
+	if (tsm_state_is_final(state))
+		PG_RETURN_BOOL(false);
+	if (state == TSM_QUEUED)
+		tsm_note_queued_job_touched();	/* to resume paused (see the row) */
 	tsm_signal_pause(job_id, true);
 	PG_RETURN_BOOL(true);
 }

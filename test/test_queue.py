@@ -6,6 +6,8 @@ queue is empty (a database it cannot connect to, pg_terminate_backend, a
 crash), the jobs still queued run later, and every moved table is intact.
 """
 
+import time
+
 import pytest
 
 from moves import (assert_intact_in, job_row, make_table, move_victim_while_copying,
@@ -108,3 +110,24 @@ def test_max_workers_zero_keeps_jobs_queued_and_cancellable(primary):
     primary.sql("SELECT pg_reload_conf()")
     assert wait_job(primary, job, 60) == "done"
     assert_small_table_moved(primary, "small", small)
+
+
+@pytest.mark.pg_conf("pg_tsmove.max_workers = 0")
+def test_job_whose_row_was_locked_when_a_worker_looked_still_runs(primary):
+    """A worker claims jobs with FOR UPDATE SKIP LOCKED: while another
+    transaction has updated a queued job's row (set_rate(); pause() of a
+    job queued to resume), a worker passes over it, finds nothing else and
+    exits.  The commit of that transaction must bring a worker back."""
+    expected = make_small_table(primary, "small")
+    job = start_move(primary, "small", "ts_b")
+    time.sleep(1)
+    assert job_row(primary, job)["state"] == "queued"     # max_workers = 0
+    with primary.conn(autocommit=False) as steering:
+        steering.execute("SELECT tsmove.set_rate(%s, 0)", (job,))
+        primary.sql("ALTER SYSTEM SET pg_tsmove.max_workers = 2")
+        primary.sql("SELECT pg_reload_conf()")
+        time.sleep(2)   # the worker started for the job finds its row locked
+        assert job_row(primary, job)["state"] == "queued"
+        steering.commit()
+    assert wait_job(primary, job, 30) == "done", job_row(primary, job)
+    assert_small_table_moved(primary, "small", expected)
