@@ -111,6 +111,8 @@ def under_load(c, load_seconds, workdir, action):
     r.update({"baseline": base, "during": during,
               "tps_ratio": during["tps"] / base["tps"] if base["tps"] else None,
               "max_latency_ms": during["max_latency_ms"],
+              # (latency ms, completion s relative to the end): where the worst fell
+              "top_latencies": bench.top_latencies(r["start"], r["end"]),
               "finished_in_load": r["end"] <= bench.t_last_tx,
               "pgbench_rc": bench.rc,
               "failed": bench.summary_number(r"^number of failed transactions: (\d+)", int),
