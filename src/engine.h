@@ -49,15 +49,19 @@
  * once can stall the disk for everyone (640 MB: a concurrent fdatasync
  * waited 30-45 ms on an ext4 volume with online discard; in 16 MB steps,
  * 4 ms).  A step is TSM_SHRINK_STEP_BYTES, or more for a file so big that
- * it would take more than TSM_SHRINK_MAX_STEPS steps.
+ * it would take more than TSM_SHRINK_MAX_STEPS steps; the whole file at
+ * once when nobody else is working (adaptive pacing saw no transactions),
+ * as it would be without pg_tsmove.
  */
 #define TSM_SHRINK_STEP_BYTES ((uint64) 16 * 1024 * 1024)
 #define TSM_SHRINK_MAX_STEPS 1024
 #define TSM_SHRINK_PAUSE_MS 10
 
 static inline uint64
-tsm_shrink_step_bytes(uint64 file_bytes)
+tsm_shrink_step_bytes(uint64 file_bytes, bool others_idle)
 {
+	if (others_idle)
+		return Max(file_bytes, 1);
 	return Max(TSM_SHRINK_STEP_BYTES, file_bytes / TSM_SHRINK_MAX_STEPS + 1);
 }
 

@@ -254,6 +254,17 @@ tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase)
 }
 
 /*
+ * Whether the other sessions were idle when adaptive pacing last looked:
+ * then nobody needs protecting from what the job does.  Never with fixed
+ * pacing, which does not look.
+ */
+bool
+tsm_ctl_others_idle(TsmJobCtl *ctl)
+{
+	return tsm_pacing == TSM_PACING_ADAPTIVE && ctl->pacer.others_idle;
+}
+
+/*
  * Charge what this worker wrote since its last charge to the budget all
  * workers share, and sleep until it is paid for.  Charges in chunks: the
  * shared lock is not taken per page.

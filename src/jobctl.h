@@ -70,6 +70,7 @@ extern void tsm_ctl_check(TsmJobCtl *ctl);
 extern void tsm_ctl_sleep(TsmJobCtl *ctl, long ms);
 extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled);
 extern void tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes);
+extern bool tsm_ctl_others_idle(TsmJobCtl *ctl);
 extern void tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase);
 extern void tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...) pg_attribute_printf(2, 3);
 extern bool tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,

@@ -249,8 +249,9 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	pacer->recent_tps[0] = tps;
 	start_window(pacer, now);
 
-	if (recent < TSM_PACER_IDLE_TPS &&
-		(pacer->base_tps < 0 || pacer->base_tps < TSM_PACER_IDLE_TPS))
+	pacer->others_idle = (recent < TSM_PACER_IDLE_TPS &&
+						  (pacer->base_tps < 0 || pacer->base_tps < TSM_PACER_IDLE_TPS));
+	if (pacer->others_idle)
 	{
 		/* nobody else is working */
 		pacer->pace_mb = ceiling;

@@ -18,6 +18,7 @@
 typedef struct TsmPacer
 {
 	double		pace_mb;		/* the budget now, MB/s; 0 = unthrottled */
+	bool		others_idle;	/* the last decision saw no other session working */
 	TimestampTz next_sample;
 	TimestampTz next_decision;
 

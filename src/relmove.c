@@ -578,10 +578,10 @@ release_session_locks(TsmRelMove *move)
  * they would be freed all at once right after the locks go, and TPC-B's
  * worst transaction of a whole move fell there (engine.h, "shrink").  So
  * after warming the worker shrinks each old main fork from its end, a
- * step at a time, each step WAL-logged (standbys and crash recovery shrink
- * it the same way), and then drops the old storage in the transaction that
- * records the job as done, whose commit record removes what is left, here
- * and on standbys.  Nobody uses the old files after the switch: every
+ * step at a time (at once when nobody else works), each step WAL-logged
+ * (standbys and crash recovery shrink it the same way), and then drops
+ * the old storage in the transaction that records the job as done, whose
+ * commit record removes what is left, here and on standbys.  Nobody uses the old files after the switch: every
  * backend that locks the relation sees the new relfilenode.  A job stopped
  * in between drops them at once: in cleanup, or, after a crash, in the
  * recovery pass, which finds the job 'warming' and its old relfilenodes in
@@ -607,7 +607,8 @@ shrink_old_storage(TsmJob *job)
 		if (!smgrexists(old, MAIN_FORKNUM))
 			continue;
 		nblocks = smgrnblocks(old, MAIN_FORKNUM);
-		step = tsm_shrink_step_bytes((uint64) nblocks * BLCKSZ) / BLCKSZ;
+		step = tsm_shrink_step_bytes((uint64) nblocks * BLCKSZ,
+									 tsm_ctl_others_idle(&job->ctl)) / BLCKSZ;
 		while (nblocks > 0)
 		{
 			nblocks = nblocks > step ? nblocks - step : 0;

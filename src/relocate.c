@@ -1604,7 +1604,7 @@ shrink_old_files(TsmJob *job, const char *old_dir)
 
 		if (stat(path, &st) < 0 || (uint64) st.st_size <= TSM_SHRINK_STEP_BYTES)
 			continue;
-		step = tsm_shrink_step_bytes(st.st_size);
+		step = tsm_shrink_step_bytes(st.st_size, tsm_ctl_others_idle(&job->ctl));
 		for (size = st.st_size; size > 0;)
 		{
 			size = (uint64) size > step ? size - step : 0;

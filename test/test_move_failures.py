@@ -240,7 +240,9 @@ def test_crash_at_the_switch(primary, phase, resume, state, survivor):
         move_again_succeeds(primary, expected)
 
 
-@pytest.mark.pg_conf("full_page_writes = off")
+@pytest.mark.pg_conf("full_page_writes = off",
+                     # adaptive pacing would see nobody working and free them at once
+                     "pg_tsmove.pacing = fixed")
 def test_crash_while_the_old_files_shrink(primary, standby):
     """After the switch the old files are shrunk a step at a time, each step
     WAL-logged, and dropped last.  After the first step the old file is
