@@ -581,12 +581,12 @@ release_session_locks(TsmRelMove *move)
  * step at a time (at once when nobody else works), each step WAL-logged
  * (standbys and crash recovery shrink it the same way), and then drops
  * the old storage in the transaction that records the job as done, whose
- * commit record removes what is left, here and on standbys.  Nobody uses the old files after the switch: every
- * backend that locks the relation sees the new relfilenode.  A job stopped
- * in between drops them at once: in cleanup, or, after a crash, in the
- * recovery pass, which finds the job 'warming' and its old relfilenodes in
- * the row.  Until then no new relation can take their relfilenodes: the
- * files still exist.
+ * commit record removes what is left, here and on standbys.  Nobody uses
+ * the old files after the switch: every backend that locks the relation
+ * sees the new relfilenode.  A job stopped in between drops them at once:
+ * in cleanup, or, after a crash, in the recovery pass, which finds the job
+ * 'warming' and its old relfilenodes in the row.  Until then no new
+ * relation can take their relfilenodes: the files still exist.
  */
 
 /* Shrink the old main forks a step at a time, outside any transaction. */

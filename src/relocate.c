@@ -1574,9 +1574,11 @@ list_old_files(const char *dir, bool recurse, List **files)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		path = psprintf("%s/%s", dir, de->d_name);
-		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && recurse)
+		if (lstat(path, &st) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && recurse)
 			list_old_files(path, false, files);
-		else if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+		else if (S_ISREG(st.st_mode))
 			*files = lappend(*files, path);
 	}
 	FreeDir(d);

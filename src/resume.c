@@ -424,15 +424,9 @@ tsm_resume_remove_orphans(Oid dbid, bool (*is_unfinished) (int64 job_id))
 			continue;
 		resume_path(path, dbid, job);
 		data = (is_unfinished == NULL) ? resume_load(path, job, &header) : NULL;
-		for (int i = 0; data != NULL && i < header.nnew; i++)
-		{
-			TsmRelFileNode node;
-
-			TSM_SPC(node) = header.target_spc;
-			TSM_DB(node) = dbid;
-			TSM_REL(node) = header.new_nodes[i];
-			tsm_drop_storage(node);
-		}
+		Assert(dbid == MyDatabaseId);
+		if (data != NULL)
+			tsm_drop_storage_set(header.target_spc, header.new_nodes, header.nnew);
 		if (data != NULL && header.nnew > 0)
 			(void) GetCurrentTransactionId();	/* the commit record drops them */
 		tsm_resume_forget(dbid, job);
