@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of pacing (issue 9): what a move costs TPC-B with adaptive
-pacing and with a fixed rate, read against floors measured in the same run.
+pacing and with a fixed rate, read against floors and a control measured in
+the same run.
 
 Run as root from the repository (the extension must be installed):
 
@@ -10,8 +11,7 @@ Run as root from the repository (the extension must be installed):
 Not a pytest module: it measures rather than asserts, for about half an
 hour.  For each scale it starts a throwaway cluster (bench_move.py's
 settings), loads pgbench (pgbench_accounts in ts_a) and runs, each under
-pgbench -n -b tpcb-like -c 4 -j 2 -T load-seconds after a 10 s warm-up and
-a 15 s baseline window:
+pgbench -n -b tpcb-like -c 4 -j 2 -T load-seconds after a 10 s warm-up:
 
   floors (repeated --floor-reps times; no pg_tsmove involved):
     file 64 MB/s   a plain process copies pgbench_accounts' file into a
@@ -21,16 +21,31 @@ a 15 s baseline window:
                    1 MB records, non-transactional: written by others'
                    commits and the WAL writer, as a move's page images are);
     WAL 8 MB/s     the same at 8 MB/s;
-    each for 30 s; the figure is TPS in that window / baseline TPS;
-  moves of pgbench_accounts to the other tablespace:
-    fixed 64       pg_tsmove.pacing = fixed, max_rate_mb 64 (the old default);
-    adaptive       pg_tsmove.pacing = adaptive, no ceiling (the default);
-    for each: TPS during the move / baseline, worst latency of the
-    transactions overlapping the move, move duration, the pace chosen;
-    repeated --move-reps times (each a fresh pgbench run, the table moving
-    back and forth), with the median and range of each in a summary:
-    single runs of the same move vary by 10-20 points on a 2-core VM;
-and once, idle (no pgbench): adaptive against fixed unthrottled (rate 0),
+    each for 30 s;
+  then --move-reps times (each a fresh pgbench run, the table moving back
+  and forth):
+    fixed 64       a move at pg_tsmove.pacing = fixed, max_rate_mb 64 (the
+                   old default);
+    adaptive       a move at pg_tsmove.pacing = adaptive, no ceiling (the
+                   default);
+    nothing        the control: nothing runs, for as long as the adaptive
+                   move before it took.  It reads what the measurement
+                   itself says when there is nothing to find: on this VM a
+                   quiet 15 s window of TPC-B reads 0.91-1.10 of the 15 s
+                   before it.
+
+Each figure is TPS in the window / baseline TPS, and the baseline brackets
+the window: the 15 s before it and the 15 s starting 3 s after it, weighted
+by their lengths, so that a drift of the load over the run does not read as
+the move's cost (the 15 s before alone is also kept, as ratio_before).  When
+less than 5 s of load is left after the window, the baseline is the 15 s
+before only.  Worst latency is that of the transactions overlapping the
+window, with the worst eight and their time relative to its end in the JSON;
+also the move's duration and the pace it chose.  Single runs of the same
+move vary by 10-20 points on a 2-core VM: the summary gives the median and
+range of each.
+
+And once, idle (no pgbench): adaptive against fixed unthrottled (rate 0),
 wall time of each.
 
 After every move: balance invariant, amcheck, orphan files.  Results go to
@@ -57,6 +72,10 @@ from benchlib import PacedCopier, Pgbench, Sampler, fmt, log, verdict  # noqa: E
 from pgcluster import Cluster, chown_to_server_user  # noqa: E402
 
 DISTURB_S = 30.0
+# the second half of the baseline starts this long after the window ends
+AFTER_GAP_S = 3.0
+# an after-window shorter than this is not used
+AFTER_MIN_S = 5.0
 TARGET_TPS_RATIO = 0.90
 TARGET_MAX_LATENCY_MS = 100.0
 MB = 1024 * 1024
@@ -93,8 +112,8 @@ def relation_files(c):
 
 
 def under_load(c, load_seconds, workdir, action):
-    """Run pgbench; after warm-up and baseline, run action() (returns a dict
-    with start, end); returns the windows."""
+    """Run pgbench; after warm-up and the first baseline window, run action()
+    (returns a dict with start, end); returns the windows."""
     c.sql("VACUUM pgbench_branches")
     c.sql("VACUUM pgbench_tellers")
     c.sql("CHECKPOINT")
@@ -106,10 +125,21 @@ def under_load(c, load_seconds, workdir, action):
     bench.wait()
     sampler.stop.set()
     sampler.join()
-    base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
+    before = bench.window(r["start"] - BASELINE_S, r["start"])
+    after_start = r["end"] + AFTER_GAP_S
+    after_end = min(after_start + BASELINE_S, bench.t_last_tx)
+    after = (bench.window(after_start, after_end)
+             if after_end - after_start >= AFTER_MIN_S else None)
+    if after:
+        base = {"seconds": before["seconds"] + after["seconds"],
+                "transactions": before["transactions"] + after["transactions"]}
+        base["tps"] = base["transactions"] / base["seconds"]
+    else:
+        base = before
     during = bench.window(r["start"], min(r["end"], bench.t_last_tx))
-    r.update({"baseline": base, "during": during,
+    r.update({"before": before, "after": after, "baseline": base, "during": during,
               "tps_ratio": during["tps"] / base["tps"] if base["tps"] else None,
+              "tps_ratio_before": during["tps"] / before["tps"] if before["tps"] else None,
               "max_latency_ms": during["max_latency_ms"],
               # (latency ms, completion s relative to the end): where the worst fell
               "top_latencies": bench.top_latencies(r["start"], r["end"]),
@@ -118,6 +148,11 @@ def under_load(c, load_seconds, workdir, action):
               "failed": bench.summary_number(r"^number of failed transactions: (\d+)", int),
               "samples": sampler.samples})
     return r
+
+
+def floor_load_seconds():
+    """A floor's pgbench run: warm-up, baseline, disturbance, after-window."""
+    return int(WARMUP_S + BASELINE_S + DISTURB_S + AFTER_GAP_S + BASELINE_S + 2)
 
 
 def floor_run(c, kind, load_seconds, workdir):
@@ -137,9 +172,10 @@ def floor_run(c, kind, load_seconds, workdir):
     r = under_load(c, load_seconds, workdir, action)
     r["kind"] = kind
     r["rate_mb_s"] = r["bytes"] / MB / (r["end"] - r["start"])
-    log("floor %-13s %.1f MB/s: TPS %.0f -> %.0f (ratio %.2f), max latency %.1f ms"
+    log("floor %-13s %.1f MB/s: TPS %.0f -> %.0f (ratio %.2f, to the before-window %.2f), "
+        "max latency %.1f ms"
         % (kind, r["rate_mb_s"], r["baseline"]["tps"], r["during"]["tps"],
-           r["tps_ratio"], r["max_latency_ms"]))
+           r["tps_ratio"], r["tps_ratio_before"], r["max_latency_ms"]))
     return r
 
 
@@ -164,11 +200,31 @@ def move_run(c, label, load_seconds, workdir):
     rates = [s["job"][4] for s in r["samples"] if s.get("job")]
     r["mean_rate_mb_s"] = sum(rates) / len(rates) if rates else None
     r["paces"] = [s["job"][5] for s in r["samples"] if s.get("job")]
-    log("move  %-13s %.1f s (%s): TPS %.0f -> %.0f (ratio %.2f), max latency %.1f ms, "
-        "mean rate %s MB/s%s"
+    log("move  %-13s %.1f s (%s): TPS %.0f -> %.0f (ratio %.2f, to the before-window %.2f), "
+        "max latency %.1f ms, mean rate %s MB/s%s"
         % (label, r["seconds"], r.get("state"), r["baseline"]["tps"], r["during"]["tps"] or 0,
-           r["tps_ratio"] or 0, r["max_latency_ms"], fmt(r["mean_rate_mb_s"], "%.1f"),
+           r["tps_ratio"] or 0, r["tps_ratio_before"] or 0, r["max_latency_ms"],
+           fmt(r["mean_rate_mb_s"], "%.1f"),
            "" if r["finished_in_load"] else " (ENDED AFTER pgbench)"))
+    return r
+
+
+def control_run(c, seconds, load_seconds, workdir):
+    """Nothing runs for seconds: what the measurement reads with no cost to find."""
+    def action():
+        t0 = time.time()
+        time.sleep(seconds)
+        return {"start": t0, "end": time.time(), "ok": True}
+    r = under_load(c, load_seconds, workdir, action)
+    r["label"] = "nothing"
+    r["seconds"] = r["end"] - r["start"]
+    r["integrity"] = {"ok": True}
+    r["size"] = None
+    r["mean_rate_mb_s"] = None
+    log("control (nothing) %.1f s: TPS %.0f -> %.0f (ratio %.2f, to the before-window %.2f), "
+        "max latency %.1f ms"
+        % (r["seconds"], r["baseline"]["tps"], r["during"]["tps"], r["tps_ratio"],
+           r["tps_ratio_before"], r["max_latency_ms"]))
     return r
 
 
@@ -192,44 +248,58 @@ def report(res):
                  % (res["started"], m["nproc"], m["mem_gib"], m["disk"], m["pg_version"],
                     m["shared_buffers"], m["synchronous_commit"], m["tsmove_so_mtime"],
                     m["git_head"]))
-    lines.append("Load: pgbench -n -b tpcb-like -c 4 -j 2 -T %d; warm-up %d s, baseline %d s; "
-                 "floors disturb for %d s." % (res["load_seconds"], WARMUP_S, BASELINE_S,
-                                                DISTURB_S))
+    lines.append("Load: pgbench -n -b tpcb-like -c 4 -j 2 -T %d; warm-up %d s; floors disturb "
+                 "for %d s; baseline: the %d s before the window and the %d s from %d s after "
+                 "it; 'to before' uses the %d s before only; 'nothing' is the control (no move, "
+                 "as long as the adaptive move before it)."
+                 % (res["load_seconds"], WARMUP_S, DISTURB_S, BASELINE_S, BASELINE_S,
+                    AFTER_GAP_S, BASELINE_S))
     lines.append("")
-    lines.append("| scale | run | MB/s | baseline TPS | TPS during | TPS ratio | target | "
-                 "max latency ms | target | duration s |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    lines.append("| scale | run | MB/s | TPS before | TPS during | TPS after | TPS ratio | "
+                 "to before | target | max latency ms | target | duration s |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def after_tps(r):
+        return fmt(r["after"]["tps"], "%.0f") if r.get("after") else "-"
+
     for sc in res["scales"]:
         for f in sc["floors"]:
-            lines.append("| %d | floor: %s | %.1f | %.0f | %.0f | %.2f | | %.1f | | |"
-                         % (sc["scale"], f["kind"], f["rate_mb_s"], f["baseline"]["tps"],
-                            f["during"]["tps"], f["tps_ratio"], f["max_latency_ms"]))
+            lines.append("| %d | floor: %s | %.1f | %.0f | %.0f | %s | %.2f | %.2f | | %.1f | | |"
+                         % (sc["scale"], f["kind"], f["rate_mb_s"], f["before"]["tps"],
+                            f["during"]["tps"], after_tps(f), f["tps_ratio"],
+                            f["tps_ratio_before"], f["max_latency_ms"]))
         for mv in sc["moves"]:
+            judged = mv["label"] == "adaptive"
             ok_tps = mv["tps_ratio"] is not None and mv["tps_ratio"] >= TARGET_TPS_RATIO
             ok_lat = mv["max_latency_ms"] <= TARGET_MAX_LATENCY_MS
-            lines.append("| %d | tsmove %s (%s MiB) | %s | %.0f | %s | %s | %s | %.1f | %s | %.1f%s |"
-                         % (sc["scale"], mv["label"], fmt(mv["size"] / MB, "%.0f"),
-                            fmt(mv["mean_rate_mb_s"], "%.1f"), mv["baseline"]["tps"],
-                            fmt(mv["during"]["tps"], "%.0f"), fmt(mv["tps_ratio"]),
-                            "" if mv["label"] != "adaptive" else verdict(ok_tps),
-                            mv["max_latency_ms"],
-                            "" if mv["label"] != "adaptive" else verdict(ok_lat),
+            name = ("nothing (control)" if mv["label"] == "nothing" else
+                    "tsmove %s (%s MiB)" % (mv["label"], fmt(mv["size"] / MB, "%.0f")))
+            lines.append("| %d | %s | %s | %.0f | %s | %s | %s | %s | %s | %.1f | %s | %.1f%s |"
+                         % (sc["scale"], name, fmt(mv["mean_rate_mb_s"], "%.1f"),
+                            mv["before"]["tps"], fmt(mv["during"]["tps"], "%.0f"),
+                            after_tps(mv), fmt(mv["tps_ratio"]), fmt(mv["tps_ratio_before"]),
+                            verdict(ok_tps) if judged else "", mv["max_latency_ms"],
+                            verdict(ok_lat) if judged else "",
                             mv["seconds"], "" if mv["ok"] else " FAILED"))
     lines.append("")
-    lines.append("| scale | move | runs | TPS ratio median (min-max) | target | "
-                 "max latency ms median (max) | duration s median (min-max) |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| scale | run | runs | TPS ratio median (min-max) | to before, median (min-max) "
+                 "| target | max latency ms median (max) | duration s median (min-max) |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for sc in res["scales"]:
-        for label in ("fixed 64", "adaptive"):
+        for label in ("fixed 64", "adaptive", "nothing"):
             runs = [mv for mv in sc["moves"] if mv["label"] == label and mv["tps_ratio"] is not None]
             if not runs:
                 continue
             ratios = [mv["tps_ratio"] for mv in runs]
+            before = [mv["tps_ratio_before"] for mv in runs]
             lat = [mv["max_latency_ms"] for mv in runs]
             secs = [mv["seconds"] for mv in runs]
-            lines.append("| %d | tsmove %s | %d | %.2f (%.2f-%.2f) | %s | %.0f (%.0f) | %.1f (%.1f-%.1f) |"
-                         % (sc["scale"], label, len(runs), statistics.median(ratios), min(ratios),
-                            max(ratios),
+            lines.append("| %d | %s | %d | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %s | %.0f (%.0f) "
+                         "| %.1f (%.1f-%.1f) |"
+                         % (sc["scale"], "nothing (control)" if label == "nothing"
+                            else "tsmove " + label, len(runs),
+                            statistics.median(ratios), min(ratios), max(ratios),
+                            statistics.median(before), min(before), max(before),
                             "" if label != "adaptive"
                             else verdict(statistics.median(ratios) >= TARGET_TPS_RATIO),
                             statistics.median(lat), max(lat), statistics.median(secs),
@@ -257,14 +327,14 @@ def run_scale(args, scale, base, res, rc):
         res.setdefault("machine", machine_facts(c))
         for rep in range(args.floor_reps):
             for kind in ("file 64 MB/s", "WAL 64 MB/s", "WAL 8 MB/s"):
-                sc["floors"].append(floor_run(c, kind, int(WARMUP_S + BASELINE_S
-                                                           + DISTURB_S + 5), base))
+                sc["floors"].append(floor_run(c, kind, floor_load_seconds(), base))
         for rep in range(args.move_reps):
             for label in ("fixed 64", "adaptive"):
                 r = move_run(c, label, args.load_seconds, base)
                 sc["moves"].append(r)
                 if not r["ok"] or not r["integrity"]["ok"]:
                     rc = 1
+            sc["moves"].append(control_run(c, r["seconds"], args.load_seconds, base))
         if scale == max(args.scales):
             res["idle_scale"] = scale
             for label in ("fixed unthrottled", "adaptive"):
