@@ -197,7 +197,7 @@ def test_drop_extension_during_move_leaves_no_files(primary):
     """DROP EXTENSION takes the job table away from a running move: the
     switch fails, and the worker still removes the new files."""
     expected = make_table(primary, rows=60000)
-    job = move_victim_while_copying(primary, max_rate_mb=8)
+    move_victim_while_copying(primary, max_rate_mb=8)
     primary.sql("DROP EXTENSION pg_tsmove")
     wait_for(lambda: primary.sql_scalar(
         "SELECT count(*) = 0 FROM pg_stat_activity "
