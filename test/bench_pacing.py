@@ -65,17 +65,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_move import (BASELINE_S, SERVER_CONF, TABLE, WARMUP_S, integrity,  # noqa: E402
-                        machine_facts, other_ts, rel_size, run_tsmove,
-                        table_tablespace)
+from bench_move import (AFTER_GAP_S, AFTER_MIN_S, BASELINE_S, SERVER_CONF,  # noqa: E402
+                        TABLE, WARMUP_S, integrity, machine_facts, other_ts,
+                        rel_size, run_tsmove, table_tablespace)
 from benchlib import PacedCopier, Pgbench, Sampler, fmt, log, verdict  # noqa: E402
 from pgcluster import Cluster, chown_to_server_user  # noqa: E402
 
 DISTURB_S = 30.0
-# the second half of the baseline starts this long after the window ends
-AFTER_GAP_S = 3.0
-# an after-window shorter than this is not used
-AFTER_MIN_S = 5.0
 TARGET_TPS_RATIO = 0.90
 TARGET_MAX_LATENCY_MS = 100.0
 MB = 1024 * 1024
@@ -125,17 +121,8 @@ def under_load(c, load_seconds, workdir, action):
     bench.wait()
     sampler.stop.set()
     sampler.join()
-    before = bench.window(r["start"] - BASELINE_S, r["start"])
-    after_start = r["end"] + AFTER_GAP_S
-    after_end = min(after_start + BASELINE_S, bench.t_last_tx)
-    after = (bench.window(after_start, after_end)
-             if after_end - after_start >= AFTER_MIN_S else None)
-    if after:
-        base = {"seconds": before["seconds"] + after["seconds"],
-                "transactions": before["transactions"] + after["transactions"]}
-        base["tps"] = base["transactions"] / base["seconds"]
-    else:
-        base = before
+    base, before, after = bench.bracketed_baseline(r["start"], r["end"], BASELINE_S,
+                                                   AFTER_GAP_S, AFTER_MIN_S)
     during = bench.window(r["start"], min(r["end"], bench.t_last_tx))
     r.update({"before": before, "after": after, "baseline": base, "during": during,
               "tps_ratio": during["tps"] / base["tps"] if base["tps"] else None,

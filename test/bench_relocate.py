@@ -12,7 +12,8 @@ bench_move.py), pgbench at scale 50 with every table and index in
 tablespace ts_a (pgbench_accounts ~640 MiB, ~750 MiB in all), and four
 ways to put those files on another directory, one after the other, each
 under TPC-B (pgbench -c 4 -j 2, a 10 s warm-up and a 15 s baseline window
-before the method starts) except the offline one:
+before the method starts, another from 3 s after it ends) except the
+offline one:
 
     relocate  SELECT tsmove.relocate_tablespace('ts_a', <new dir>) at the
               default rate (pg_tsmove.max_rate_mb); CALL tsmove.wait_for()
@@ -53,7 +54,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_move import SERVER_CONF, machine_facts  # noqa: E402
+from bench_move import AFTER_GAP_S, AFTER_MIN_S, SERVER_CONF, machine_facts  # noqa: E402
 from benchlib import (PacedCopier, Pgbench, Sampler, fmt, log,  # noqa: E402
                       server_log_problems, verdict, wal_diff, wal_lsn)
 from moves import wait_job_without_snapshot  # noqa: E402
@@ -124,13 +125,17 @@ def under_load(c, name, seconds, workdir, action):
     bench.wait()
     sampler.stop.set()
     sampler.join()
-    base = bench.window(bench.t0 + WARMUP_S, bench.t0 + WARMUP_S + BASELINE_S)
+    base, before, after = bench.bracketed_baseline(r["start"], r["end"], BASELINE_S,
+                                                   AFTER_GAP_S, AFTER_MIN_S)
     during = bench.window(r["start"], min(r["end"], bench.t_last_tx))
     r.update({
         "seconds": r["end"] - r["start"],
         "ended_before_pgbench": r["end"] <= bench.t_last_tx,
-        "baseline": base, "during": during,
+        "baseline": base, "baseline_before": before, "baseline_after": after,
+        "during": during,
         "tps_ratio": during["tps"] / base["tps"] if base["tps"] and during["tps"] else None,
+        "tps_ratio_before": (during["tps"] / before["tps"]
+                             if before["tps"] and during["tps"] else None),
         "max_latency_ms": during["max_latency_ms"],
         "failed": bench.summary_number(r"^number of failed transactions: (\d+)", int),
         "cluster_wal_bytes": wal_diff(c, lsn0, lsn1),
@@ -193,9 +198,10 @@ def build_report(res):
                             " The machine was shared with other work during the run: "
                             "figures are noisy." if res.get("shared_machine") else ""),
         "Tablespace ts_a: pgbench scale %d, every table and index, %.1f MiB in %d files. "
-        "Load: pgbench -n -b tpcb-like -c 4 -j 2, -T %d per method, warm-up %d s, baseline %d s."
+        "Load: pgbench -n -b tpcb-like -c 4 -j 2, -T %d per method, warm-up %d s; baseline: "
+        "the %d s before the method and the %d s from %d s after it."
         % (res["scale"], moved / 2**20, res["tablespace_files"], res["load_seconds"],
-           WARMUP_S, BASELINE_S),
+           WARMUP_S, BASELINE_S, BASELINE_S, AFTER_GAP_S),
         "",
         "| | relocate_tablespace | floor: plain copy | ALTER ... ALL IN TABLESPACE | offline (stop, copy, relink, start) | target (relocate) | |",
         "|---|---|---|---|---|---|---|",
@@ -203,14 +209,17 @@ def build_report(res):
                                                 fmt(A.get("seconds"), "%.1f"), fmt(O.get("downtime_s"), "%.1f")),
         "| average rate, MiB/s | %s | %s | %s | %s | | |" % (fmt(rate(R), "%.1f"), fmt(rate(F), "%.1f"),
                                                          fmt(rate(A), "%.1f"), fmt(rate(O), "%.1f")),
-        "| baseline TPS | %s | %s | %s | - | | |" % tuple(fmt((r.get("baseline") or {}).get("tps"), "%.0f")
-                                                      for r in (R, F, A)),
+        "| baseline TPS, before / after | %s | %s | %s | - | | |" % tuple(
+            "%s / %s" % (fmt((r.get("baseline_before") or {}).get("tps"), "%.0f"),
+                         fmt((r.get("baseline_after") or {}).get("tps"), "%.0f")) for r in (R, F, A)),
         "| TPS during | %s | %s | %s | 0 (server down) | | |" % tuple(
             fmt((r.get("during") or {}).get("tps"), "%.0f") for r in (R, F, A)),
-        "| TPS ratio (during / baseline) | %s | %s | %s | 0 | >= %.2f | %s |" % (
+        "| TPS ratio (during / baseline before and after) | %s | %s | %s | 0 | >= %.2f | %s |" % (
             fmt(R.get("tps_ratio")), fmt(F.get("tps_ratio")), fmt(A.get("tps_ratio")),
             TARGETS["tps_ratio"], verdict(R.get("tps_ratio") >= TARGETS["tps_ratio"]
                                           if R.get("tps_ratio") else None)),
+        "| TPS ratio to the baseline before only | %s | %s | %s | 0 | | |" % tuple(
+            fmt(r.get("tps_ratio_before")) for r in (R, F, A)),
         "| floor's ratio - relocation's, points | %s | | | | <= %.0f | %s |" % (
             fmt(floor_points, "%.1f"), TARGETS["floor_points"],
             verdict(floor_points <= TARGETS["floor_points"] if floor_points is not None else None)),

@@ -113,6 +113,24 @@ class Pgbench:
                 "tps": done / length if length > 0 else None,
                 "max_latency_ms": worst * 1000.0}
 
+    def bracketed_baseline(self, start, end, seconds, gap, min_after):
+        """The baseline of a disturbance in [start, end]: the seconds before
+        it and the seconds from gap after it, pooled, so that a drift of the
+        load over the run does not read as the disturbance's cost.  The
+        after-window is left out when less than min_after of load remains.
+        Returns (baseline, before, after or None)."""
+        before = self.window(start - seconds, start)
+        after_start = end + gap
+        after_end = min(after_start + seconds, self.t_last_tx)
+        if after_end - after_start < min_after:
+            return before, before, None
+        after = self.window(after_start, after_end)
+        pooled = {"seconds": before["seconds"] + after["seconds"],
+                  "transactions": before["transactions"] + after["transactions"],
+                  "max_latency_ms": max(before["max_latency_ms"], after["max_latency_ms"])}
+        pooled["tps"] = pooled["transactions"] / pooled["seconds"]
+        return pooled, before, after
+
     def top_latencies(self, start, end, n=8):
         """The n largest latencies of transactions overlapping [start, end]:
         (latency ms, completion time in s relative to end)."""
