@@ -235,9 +235,10 @@ tsm_ctl_sleep(TsmJobCtl *ctl, long ms)
 
 /*
  * pg_tsmove.debug_pause_at: hold still for a minute at a named phase, so
- * that tests can kill the server at moments too short to hit otherwise.
- * The pause answers cancel, SIGTERM and the postmaster's death like any
- * sleep of the worker: a lock held here is never held beyond them.
+ * that tests can kill the server at moments too short to hit otherwise,
+ * or until a reload no longer names the phase.  The pause answers cancel,
+ * SIGTERM and the postmaster's death like any sleep of the worker: a lock
+ * held here is never held beyond them.
  */
 void
 tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase)
@@ -249,7 +250,8 @@ tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase)
 	ereport(LOG, (errmsg("pg_tsmove: job %lld pauses at %s (pg_tsmove.debug_pause_at)",
 						 (long long) ctl->job_id, phase)));
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TSM_DEBUG_PAUSE_MS);
-	while (GetCurrentTimestamp() < until)
+	while (GetCurrentTimestamp() < until && tsm_debug_pause_at != NULL &&
+		   strcmp(tsm_debug_pause_at, phase) == 0)
 		tsm_ctl_sleep(ctl, 100);
 }
 

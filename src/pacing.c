@@ -103,6 +103,13 @@
 	(1.0 - (double) (TSM_PACER_PROBE_SETTLE_MS + TSM_PACER_PROBE_MEASURE_MS) / \
 	 TSM_PACER_PROBE_EVERY_MS)
 
+/*
+ * The pacer starts counting at its first tick, not here: a job can spend
+ * a second or more between the two (a relocation lists every file of its
+ * tablespace), and a first window that no sample covered counts no
+ * transactions, which reads as an idle server and gave the copy its
+ * ceiling (unthrottled) until the first probe.
+ */
 void
 tsm_pacer_init(TsmPacer *pacer)
 {
@@ -110,10 +117,6 @@ tsm_pacer_init(TsmPacer *pacer)
 	pacer->pace_mb = TSM_PACER_START_MB;
 	pacer->base_tps = -1;
 	pacer->watched = Min(MaxConnections, TSM_PACER_MAX_BACKENDS);
-	pacer->window_start = GetCurrentTimestamp();
-	pacer->counters_read = pacer->window_start;
-	pacer->next_decision = TimestampTzPlusMilliseconds(pacer->window_start,
-													   TSM_PACER_FIRST_DECISION_MS);
 }
 
 /* Add up how far the regular backends' local transaction ids moved. */
@@ -300,6 +303,18 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far,
 			   int64 changed_ahead_so_far, int64 catchup_backlog)
 {
+	if (pacer->next_sample == 0)
+	{
+		/* the first tick: the backends' ids as they are now, and the clock */
+		pacer_sample(pacer);
+		pacer->next_sample = TimestampTzPlusMilliseconds(now, TSM_PACER_SAMPLE_MS);
+		pacer->window_start = pacer->counters_read = now;
+		pacer->last_bytes = bytes_so_far;
+		pacer->last_dirtied = dirtied_so_far;
+		pacer->last_changed_ahead = changed_ahead_so_far;
+		pacer->next_decision = TimestampTzPlusMilliseconds(now, TSM_PACER_FIRST_DECISION_MS);
+		return false;
+	}
 	if (now >= pacer->next_sample)
 	{
 		pacer_sample(pacer);

@@ -303,9 +303,11 @@ _PG_init(void)
 
 	DefineCustomStringVariable("pg_tsmove.debug_pause_at",
 							   "Developer option: a phase at which the worker pauses for 60 s.",
-							   "'switching' pauses under the exclusive lock just before the switch "
-							   "commits, 'warming' just after it, 'shrinking' after the first step "
-							   "that shrinks the old files; the tests crash the server there.",
+							   "'copying' pauses before the first page is copied, 'switching' under "
+							   "the exclusive lock just before the switch commits, 'warming' just "
+							   "after it, 'shrinking' after the first step that shrinks the old "
+							   "files; the tests crash the server there.  A reload that no longer "
+							   "names the phase ends the pause.",
 							   &tsm_debug_pause_at,
 							   "",
 							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,

@@ -399,6 +399,7 @@ run_job(TsmJob *job)
 	make_resume_point(job, true);
 
 	tsm_ctl_set_state(&job->ctl, TSM_COPYING);
+	tsm_ctl_debug_pause(&job->ctl, "copying");
 	copy_round(job, PG_INT64_MAX, false);
 	/* sync the bulk copy now, with no lock held: the switch syncs little */
 	StartTransactionCommand();

@@ -180,6 +180,49 @@ def test_relocation_under_load_in_two_databases(two_databases):
     assert primary.amcheck() == []
 
 
+def test_relocation_beside_load_is_paced_from_its_first_page(primary):
+    """Adaptive pacing (the default, no ceiling) paces a relocation from its
+    first page: it counts the others' transactions from the job's first
+    charge, not from the job's start.  Counted from the start, its first
+    window (spent listing the tablespace's files) saw no transaction, which
+    read as an idle server: the copy ran unthrottled beside pgbench, and
+    the view showed a pace of 0.  (It took a relocation beside TPC-B at
+    scale 20 more than the first window, 100 ms, to reach its first page;
+    pg_tsmove.debug_pause_at holds it there for a second here.)"""
+    primary.pgbench_init(5, extra_args=["--tablespace=ts_a", "--index-tablespace=ts_a"])
+    new_dir = new_location(primary, "paced")
+    bench = primary.pgbench_run_background(clients=4, jobs=2, seconds=40)
+    time.sleep(2)
+    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'copying'")
+    primary.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    job = relocate(primary, "ts_a", new_dir)
+    wait_for(lambda: "job %d pauses at copying" % job in primary.log_contents(),
+             30, what="the pause before the first page")
+    time.sleep(1)
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    primary.sql("SELECT pg_reload_conf()")
+    samples = []
+    with primary.conn() as conn:
+        while True:
+            state, pace = conn.execute("SELECT state, pace_mb_s FROM tsmove.jobs "
+                                       "WHERE job_id = %s", (job,)).fetchone()
+            if state in ("done", "failed", "cancelled"):
+                break
+            samples.append((state, pace))
+            time.sleep(0.01)
+    result = bench.wait()
+    assert state == "done", job_row(primary, job)
+    paces = [pace for state, pace in samples if state in ("copying", "catching_up")]
+    assert len(paces) >= 10, samples
+    assert all(pace is not None and pace > 0 for pace in paces), samples
+    assert result.failed_transactions == 0 and result.transactions > 1000
+    assert primary.balance_invariant() == []
+    assert location_of(primary, "ts_a") == new_dir
+    assert primary.amcheck() == []
+    assert primary.orphan_files() == []
+
+
 def test_relocation_leaves_the_standby_alone(primary):
     """The copied pages are not WAL-logged: a standby keeps its own
     directory, and its data stays equal to the primary's."""
