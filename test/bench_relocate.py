@@ -39,8 +39,9 @@ within 3 points of the floor's ratio; worst latency <= 100 ms; the job's
 WAL <= 2 % of the bytes moved.
 
 Writes a markdown table to relocate_latest.md next to --out, the data as
-JSON to --out.  Exit status 1 if a move failed or an integrity check found
-something; missed targets are reported, not fatal.
+JSON to --out.  Exit status 1 if the relocation, the floor or the offline
+copy failed or an integrity check found something; missed targets, and
+ALTER failing (it can deadlock with pgbench), are reported, not fatal.
 """
 
 import argparse
@@ -243,6 +244,9 @@ def build_report(res):
             fmt(R.get("cpu_busy_pct"), "%.0f"), fmt(R.get("disk_write_mb_s"), "%.0f"),
             fmt(F.get("cpu_busy_pct"), "%.0f"), fmt(F.get("disk_write_mb_s"), "%.0f"),
             fmt(A.get("cpu_busy_pct"), "%.0f"), fmt(A.get("disk_write_mb_s"), "%.0f")),
+        "| the method itself | %s | %s | %s | %s | | |" % tuple(
+            ("ok" if r.get("ok") else "**failed**: %s" % (r.get("error") or r.get("state"))
+             .splitlines()[0]) if r else "n/a" for r in (R, F, A, O)),
         "| integrity (balance, amcheck, orphans) | %s | %s | %s | %s | | |" % tuple(
             ("OK" if (r.get("integrity") or {}).get("ok") else "PROBLEMS") if r else "n/a"
             for r in (R, F, A, O)),
@@ -317,7 +321,9 @@ def main():
         r = under_load(c, "ALTER", args.load_seconds, base, lambda: run_alter(c, "ts_a", "ts_b"))
         r["integrity"] = integrity(c)
         res["methods"]["ALTER"] = r
-        if not (r["ok"] and r["integrity"]["ok"]):
+        # ALTER ... ALL IN TABLESPACE can deadlock with pgbench: a result of
+        # that method (the report says so), not a failure of the benchmark
+        if not r["integrity"]["ok"]:
             rc = 1
 
         offline_dest = make_server_dir(os.path.join(base, "offline"))
