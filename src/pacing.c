@@ -104,11 +104,11 @@
 	 TSM_PACER_PROBE_EVERY_MS)
 
 /*
- * The pacer starts counting at its first tick, not here: a job can spend
- * a second or more between the two (a relocation lists every file of its
- * tablespace), and a first window that no sample covered counts no
- * transactions, which reads as an idle server and gave the copy its
- * ceiling (unthrottled) until the first probe.
+ * The pacer starts counting at its first tick, not here: a job can reach
+ * its first page after the first window has ended (a relocation beside
+ * TPC-B did), and a window that no sample covered counts no transactions,
+ * which reads as an idle server and gave the copy its ceiling: that
+ * relocation copied 300 MB unthrottled.
  */
 void
 tsm_pacer_init(TsmPacer *pacer)

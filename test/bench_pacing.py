@@ -37,7 +37,7 @@ pgbench -n -b tpcb-like -c 4 -j 2 -T load-seconds after a 10 s warm-up:
 Each figure is TPS in the window / baseline TPS, and the baseline brackets
 the window: the 15 s before it and the 15 s starting 3 s after it, weighted
 by their lengths, so that a drift of the load over the run does not read as
-the move's cost (the 15 s before alone is also kept, as ratio_before).  When
+the move's cost (the ratio to the 15 s before alone is also kept, as tps_ratio_before).  When
 less than 5 s of load is left after the window, the baseline is the 15 s
 before only.  Worst latency is that of the transactions overlapping the
 window, with the worst eight and their time relative to its end in the JSON;

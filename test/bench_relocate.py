@@ -55,14 +55,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_move import AFTER_GAP_S, AFTER_MIN_S, SERVER_CONF, machine_facts  # noqa: E402
+from bench_move import (AFTER_GAP_S, AFTER_MIN_S, BASELINE_S, SERVER_CONF,  # noqa: E402
+                        WARMUP_S, machine_facts)
 from benchlib import (PacedCopier, Pgbench, Sampler, fmt, log,  # noqa: E402
                       server_log_problems, verdict, wal_diff, wal_lsn)
 from moves import wait_job_without_snapshot  # noqa: E402
 from pgcluster import Cluster, chown_to_server_user, make_server_dir  # noqa: E402
 
-WARMUP_S = 10.0
-BASELINE_S = 15.0
 TARGETS = {"tps_ratio": 0.90, "floor_points": 3.0, "max_latency_ms": 100.0,
            "wal_fraction": 0.02}
 
