@@ -132,6 +132,21 @@ tsm_flush_all_wal(void)
 	XLogFlush(upto);
 }
 
+/*
+ * Write out, then forget, every shared buffer of the given relation file
+ * sets (all forks), as DROP does; nobody may use them meanwhile.
+ */
+static inline void
+tsm_flush_and_drop_buffers(SMgrRelation *rels, int n)
+{
+	FlushRelationsAllBuffers(rels, n);
+#if PG_VERSION_NUM >= 160000
+	DropRelationsAllBuffers(rels, n);
+#else
+	DropRelFileNodesAllBuffers(rels, n);
+#endif
+}
+
 /* Truncate one fork of reln to nblocks, dropping its buffers. */
 static inline void
 tsm_smgr_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber nblocks)

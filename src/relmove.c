@@ -374,16 +374,29 @@ add_member(TsmJob *job, Relation rel)
  * (they appear only under the switch's locks: a move interrupted there
  * starts over).  Load the resume point into the file set; every cursor
  * must be within what is on disk.
+ *
+ * Then forget every shared buffer of the new relfilenodes.  The copy
+ * writes the new files with smgrwrite(), under the buffer pool, which is
+ * right only while no buffer of them exists, as for a move that started
+ * afresh.  After a crash that is not so: crash recovery replayed the page
+ * images the copy had logged, into buffers, and they stay there after the
+ * end-of-recovery checkpoint wrote them out.  The resumed copy would write
+ * newer pages underneath, and after the switch every reader would see the
+ * buffers' older images: row versions updated since came back to life.
+ * Written out first, so the files hold at least what the WAL said.
  */
 static void
 relmove_load_resume_point(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
+	SMgrRelation dests[TSM_MAX_MEMBERS];
 
 	for (int i = 0; i < move->nmembers; i++)
 	{
 		TsmRelMember *m = &move->members[i];
 		SMgrRelation dest = tsm_smgropen(m->new_node);
+
+		dests[i] = dest;
 
 		if (!smgrexists(dest, MAIN_FORKNUM))
 			ereport(ERROR,
@@ -399,6 +412,7 @@ relmove_load_resume_point(TsmJob *job)
 					 errhint("Submit the move again.")));
 		m->resumed_length = smgrnblocks(dest, MAIN_FORKNUM);
 	}
+	tsm_flush_and_drop_buffers(dests, move->nmembers);
 	job->resume_lsn = tsm_resume_read(MyDatabaseId, job->row.job_id, &job->files);
 	if (XLogRecPtrIsInvalid(job->resume_lsn))
 		ereport(ERROR,

@@ -1,0 +1,119 @@
+"""kill -9 of the postmaster at each phase of a relation move, under TPC-B
+load, with a streaming standby (and once without): after restart the job
+resumes or ends as the phase says, and then no row is lost or brought back
+to life, on the primary and on the standby (integrity.ShadowTpcb), pgbench
+runs clean, and a second move succeeds with the data still right.
+
+The phases: copying before the first resume point (the default
+pg_tsmove.resume_interval of 30 s: the resume point is the one made at
+block 0), copying after a resume point, catching up (a reader holds the
+switch off), under the switch's exclusive lock, just after the switch
+committed, and while the old files shrink.
+"""
+
+import time
+
+import pytest
+
+from integrity import ShadowTpcb
+from moves import (job_row, move_paused_at, start_move, tablespace_of, wait_for,
+                   wait_for_state, wait_job)
+
+SCALE = 10          # pgbench_accounts: 1 000 000 rows, 16 394 blocks
+
+
+def copied_at_least(primary, job, fraction):
+    return wait_for(lambda: (lambda r: r if r["state"] == "copying" and
+                             r["blocks_copied"] >= r["blocks_total"] * fraction
+                             else None)(job_row(primary, job)),
+                    120, what="%d %% of the copy" % (fraction * 100))
+
+
+def crash_during(primary, shadow, phase):
+    """Start the move of pgbench_accounts to ts_b under load and kill -9 the
+    postmaster in phase; restart it.  Returns the job id."""
+    blocker = None
+    bench = shadow.run_background(seconds=120)
+    time.sleep(1)
+    if phase in ("copying", "copying_after_resume_point"):
+        job = start_move(primary, "pgbench_accounts", "ts_b", max_rate_mb=8)
+        copied_at_least(primary, job, 0.4 if phase == "copying" else 0.6)
+        if phase == "copying_after_resume_point":
+            time.sleep(1.5)         # resume_interval is 1 s here
+    elif phase == "catching_up":
+        blocker = primary.conn(autocommit=False)
+        blocker.execute("SELECT 1 FROM pgbench_accounts LIMIT 1")
+        job = start_move(primary, "pgbench_accounts", "ts_b", max_rate_mb=0)
+        wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 2, 120,
+                 what="failed switch attempts")
+    else:
+        job = move_paused_at(primary, phase, rel="pgbench_accounts")
+        time.sleep(1)               # the load goes on (or waits for the lock)
+    primary.kill9()
+    if blocker is not None:
+        blocker.close()
+    try:
+        bench.wait()
+    except Exception:
+        pass                        # its connections died with the server
+    primary.start()
+    return job
+
+
+# (phase, where the table lives after the job ends, the job's end state)
+PHASES = [
+    ("copying", "ts_b", "done"),
+    ("copying_after_resume_point", "ts_b", "done"),
+    ("catching_up", "ts_b", "done"),
+    # the switch had created the new FSM and VM: not resumable
+    ("switching", "ts_a", "failed"),
+    ("warming", "ts_b", "done"),
+    ("shrinking", "ts_b", "done"),
+]
+
+
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min")
+@pytest.mark.parametrize("phase, home, end_state", PHASES)
+def test_crash_under_load(primary, standby, phase, home, end_state):
+    if phase == "copying_after_resume_point":
+        primary.sql("ALTER SYSTEM SET pg_tsmove.resume_interval = '1s'")
+        primary.sql("SELECT pg_reload_conf()")
+    shadow = ShadowTpcb(primary, scale=SCALE, tablespace="ts_a")
+    primary.sql("VACUUM pgbench_accounts")     # an FSM and a VM to copy
+    job = crash_during(primary, shadow, phase)
+
+    row = wait_for_state(primary, job, ("done", "failed", "cancelled"), 300)
+    assert row["state"] == end_state, row
+    assert tablespace_of(primary, "pgbench_accounts") == home
+    check_everything(primary, standby, shadow)
+
+    # a second move, the other way, under load
+    bench = shadow.run_background(seconds=8)
+    again = start_move(primary, "pgbench_accounts", "ts_a" if home == "ts_b" else "ts_b",
+                       max_rate_mb=0)
+    assert wait_job(primary, again, 300) == "done", job_row(primary, again)
+    bench.wait()
+    check_everything(primary, standby, shadow)
+
+
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min")
+def test_crash_before_the_first_resume_point_without_standby(primary):
+    shadow = ShadowTpcb(primary, scale=SCALE, tablespace="ts_a")
+    job = crash_during(primary, shadow, "copying")
+    assert wait_job(primary, job, 300) == "done", job_row(primary, job)
+    assert "resumes the move" in primary.log_contents()
+    check_everything(primary, None, shadow)
+
+
+def check_everything(primary, standby, shadow):
+    """pgbench runs clean, then the logical checks on both servers, no orphan
+    file."""
+    shadow.run_background(seconds=3).wait()
+    assert shadow.problems() == []
+    assert primary.orphan_files() == []
+    assert primary.sql_scalar("SELECT count(*) FROM pg_replication_slots "
+                              "WHERE slot_name LIKE 'pg_tsmove%'") == 0
+    if standby is not None:
+        primary.wait_for_replay(standby)
+        assert shadow.problems(standby) == []
+        assert standby.orphan_files() == []
