@@ -29,6 +29,7 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/sinvaladt.h"
+#include "utils/backend_status.h"
 
 #if PG_VERSION_NUM < 150000
 #error "pg_tsmove needs PostgreSQL 15 or later"
@@ -231,6 +232,17 @@ tsm_slot_invalidated(ReplicationSlot *slot)
 #else
 	return !XLogRecPtrIsInvalid(slot->data.invalidated_at) ||
 		XLogRecPtrIsInvalid(slot->data.restart_lsn);
+#endif
+}
+
+/* The i-th (from 1) entry of this backend's snapshot of the backends' status. */
+static inline LocalPgBackendStatus *
+tsm_local_backend_status(int i)
+{
+#if PG_VERSION_NUM >= 160000
+	return pgstat_get_local_beentry_by_index(i);
+#else
+	return pgstat_fetch_stat_local_beentry(i);
 #endif
 }
 

@@ -21,7 +21,9 @@
  *					locks; false, with a note, to try again later
  *	switch_release	give the locks back after switch_check said no
  *	switch_commit	make the new files the ones in use; from its point of
- *					no return on, job->switch_committed is true
+ *					no return on, job->switch_committed is true; false, with
+ *					a note and the locks released, if a last look before
+ *					that point found it must wait
  *	finish			after the switch: warm the cache, remove the old files
  *					(or shrink them, for drop_old to remove)
  *	drop_old		NULL, or: in the transaction that records the job as
@@ -60,7 +62,7 @@ typedef struct TsmFrontEnd
 	bool		(*switch_lock) (TsmJob *job);
 	bool		(*switch_check) (TsmJob *job);
 	void		(*switch_release) (TsmJob *job);
-	void		(*switch_commit) (TsmJob *job);
+	bool		(*switch_commit) (TsmJob *job);
 	void		(*finish) (TsmJob *job);
 	void		(*drop_old) (TsmJob *job);
 	void		(*cleanup) (TsmJob *job);
@@ -110,7 +112,7 @@ extern void tsm_worker_session_settings(void);
 extern bool tsm_relation_switch_lock(TsmJob *job);
 extern bool tsm_relation_switch_check(TsmJob *job);
 extern void tsm_relation_switch_release(TsmJob *job);
-extern void tsm_relation_switch_commit(TsmJob *job);
+extern bool tsm_relation_switch_commit(TsmJob *job);
 extern void tsm_relation_warm(TsmJob *job);
 
 /* relmove.c, for switch.c */

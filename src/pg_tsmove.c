@@ -29,6 +29,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "backups.h"
 #include "monitor.h"
 #include "pg_tsmove.h"
 
@@ -140,6 +141,7 @@ tsm_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(tsm_shmem_size());
+	RequestAddinShmemSpace(tsm_backups_shmem_size());
 	RequestNamedLWLockTranche("pg_tsmove", 1);
 	tsm_monitor_shmem_request();
 }
@@ -160,6 +162,7 @@ tsm_shmem_startup(void)
 		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))->lock;
 		tsm_shared->nslots = max_worker_processes;
 	}
+	tsm_backups_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	tsm_monitor_shmem_startup();
 }
@@ -314,6 +317,7 @@ _PG_init(void)
 							   NULL, NULL, NULL);
 
 	tsm_monitor_init();			/* monitoring: GUCs, executor hooks */
+	tsm_backups_init();			/* sees pg_backup_start() */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)

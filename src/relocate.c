@@ -120,8 +120,10 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "backups.h"
 #include "dbcatalog.h"
 #include "move.h"
+#include "relocmark.h"
 
 /* How often unresolved files are looked up again while copying. */
 #define TSM_RESOLVE_INTERVAL_MS 1000
@@ -189,6 +191,8 @@ typedef struct TsmRelocation
 	bool		new_dir_made;
 	bool		barrier_done;
 	bool		stragglers_done;
+	bool		marks_written;	/* relocmark.c, in both locations */
+	TimestampTz switched_at;	/* when the link was checked and renamed */
 } TsmRelocation;
 
 static const TsmFileSetOps relocation_sink;
@@ -847,22 +851,6 @@ creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
 	return found;
 }
 
-/* Whether pg_basebackup is copying the cluster now. */
-static bool
-base_backup_running(void)
-{
-	int			nbackends = pgstat_fetch_stat_numbackends();
-
-	for (int i = 1; i <= nbackends; i++)
-	{
-		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
-
-		if (local && local->backendStatus.st_progress_command == PROGRESS_COMMAND_BASEBACKUP)
-			return true;
-	}
-	return false;
-}
-
 /* ---- the front end ---- */
 
 /*
@@ -921,6 +909,10 @@ relocate_prepare(TsmJob *job)
 
 	st->old_dir = psprintf("%s/%s", st->old_location, TABLESPACE_VERSION_DIRECTORY);
 	st->new_dir = psprintf("%s/%s", st->new_location, TABLESPACE_VERSION_DIRECTORY);
+	/* marks first: only they let the recovery pass remove either location */
+	st->marks_written = true;
+	tsm_relocmark_write(st->new_location, job->row.job_id);
+	tsm_relocmark_write(st->old_location, job->row.job_id);
 	st->new_dir_made = true;	/* from here on, cleanup removes it */
 	if (MakePGDirectory(st->new_dir) < 0)
 		ereport(ERROR,
@@ -1283,9 +1275,10 @@ relocate_switch_check(TsmJob *job)
 		return false;
 	}
 	st->needs_checkpoint = false;
-	if (base_backup_running())
+	if (tsm_backup_running(NULL, what, sizeof(what)))
 	{
-		tsm_ctl_note(&job->ctl, "waiting for pg_basebackup to end: a backup must not read the tablespace across the switch");
+		tsm_ctl_note(&job->ctl, "waiting for %s to end: a backup must not read the tablespace across the switch",
+					 what);
 		return false;
 	}
 	if (temporary_files_present(st, what, sizeof(what)))
@@ -1304,7 +1297,12 @@ relocate_switch_release(TsmJob *job)
 	CommitTransactionCommand();
 }
 
-/* Copy a whole file with plain I/O; for files the set does not know. */
+/*
+ * Copy a whole file with plain I/O; for files the set does not know.  The
+ * copy is written under a temporary name and renamed when complete and
+ * synced, so that a copy a crash or a full disk cut short is never taken
+ * for the file (copy_stragglers skips names that exist).
+ */
 static void
 copy_plain_file(const char *from, const char *to)
 {
@@ -1312,6 +1310,7 @@ copy_plain_file(const char *from, const char *to)
 	int			src = OpenTransientFile(from, O_RDONLY | PG_BINARY);
 	int			dst;
 	ssize_t		n;
+	char		tmp[MAXPGPATH];
 
 	if (src < 0)
 	{
@@ -1324,17 +1323,25 @@ copy_plain_file(const char *from, const char *to)
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m", from)));
 	}
-	dst = OpenTransientFile(to, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	snprintf(tmp, sizeof(tmp), "%s.tsmove_tmp", to);
+	dst = OpenTransientFile(tmp, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
 	if (dst < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
-				 errmsg("could not create file \"%s\": %m", to)));
+				 errmsg("could not create file \"%s\": %m", tmp)));
 	while ((n = read(src, buf, BLCKSZ * 16)) > 0)
+	{
+		errno = 0;
 		if (write(dst, buf, n) != n)
+		{
+			if (errno == 0)
+				errno = ENOSPC;
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not write file \"%s\": %m", to),
+					 errmsg("could not write file \"%s\": %m", tmp),
 					 errhint("Check free disk space at the new location.")));
+		}
+	}
 	if (n < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
@@ -1342,9 +1349,10 @@ copy_plain_file(const char *from, const char *to)
 	if (pg_fsync(dst) != 0)
 		ereport(data_sync_elevel(ERROR),
 				(errcode_for_file_access(),
-				 errmsg("could not fsync file \"%s\": %m", to)));
+				 errmsg("could not fsync file \"%s\": %m", tmp)));
 	CloseTransientFile(dst);
 	CloseTransientFile(src);
+	(void) durable_rename(tmp, to, ERROR);
 	pfree(buf);
 }
 
@@ -1354,9 +1362,15 @@ copy_plain_file(const char *from, const char *to)
  * (their transaction had no visible relation to lock).  Temporary files
  * are not copied.  Used after the switch, and by the recovery pass after
  * a crash that followed the rename.
+ *
+ * With empty_only, before the rename: only the empty files, which are the
+ * segments that a truncation (VACUUM) of a relation of more than a
+ * segment left behind, whose fsync requests the checkpointer still holds
+ * and carries out through the link (a missing one would PANIC it), and
+ * tombstones.
  */
 static void
-copy_stragglers(const char *old_dir, const char *new_dir)
+copy_stragglers(const char *old_dir, const char *new_dir, bool empty_only)
 {
 	DIR		   *dir = AllocateDir(old_dir);
 	struct dirent *de;
@@ -1384,12 +1398,20 @@ copy_stragglers(const char *old_dir, const char *new_dir)
 			int			oidchars;
 			ForkNumber	fork;
 
+			struct stat st;
+
 			if (!parse_filename_for_nontemp_relation(fe->d_name, &oidchars, &fork))
 				continue;
 			snprintf(from, sizeof(from), "%s/%s", old_db, fe->d_name);
 			snprintf(to, sizeof(to), "%s/%s", new_db, fe->d_name);
 			if (access(to, F_OK) == 0)
 				continue;
+			if (empty_only)
+			{
+				if (stat(from, &st) == 0 && st.st_size == 0)
+					copy_plain_file(from, to);
+				continue;
+			}
 			ereport(LOG,
 					(errmsg("pg_tsmove: copying \"%s\", created in the old location during the switch",
 							from)));
@@ -1446,13 +1468,15 @@ release_old_descriptors(TsmRelocation *st)
 /*
  * switch_commit: with the locks held and the copy complete and synced,
  * repoint the link, make every process let go of the old files, copy
- * what raced the rename, and release the locks.
+ * what raced the rename, and release the locks.  False, with the locks
+ * released, if a backup or a temporary file appeared since switch_check.
  */
-static void
+static bool
 relocate_switch_commit(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	char		tmp_link[MAXPGPATH];
+	char		what[MAXPGPATH + 64];
 	ListCell   *lc;
 	char	   *link;
 
@@ -1467,6 +1491,7 @@ relocate_switch_commit(TsmJob *job)
 	}
 	fsync_fname(st->new_dir, true);
 	fsync_fname(st->new_location, true);
+	copy_stragglers(st->old_dir, st->new_dir, true);
 	tsm_ctl_debug_pause(&job->ctl, "switching");
 
 	/*
@@ -1477,6 +1502,26 @@ relocate_switch_commit(TsmJob *job)
 	 * there is the fsync of pg_tblspc, which PANICs as core's fsyncs do.
 	 */
 	LWLockAcquire(TablespaceCreateLock, LW_EXCLUSIVE);
+
+	/*
+	 * The last look for backups, seconds after switch_check's.  From here
+	 * to the rename checkpoints wait (DELAY_CHKPT_START, cleared by an
+	 * abort too): a backup that starts now lists pg_tblspc only after its
+	 * start checkpoint, so it reads the new link; one that started before
+	 * is seen here (backups.c), and the switch waits for it to end.
+	 */
+	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
+	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
+	if (tsm_backup_running(NULL, what, sizeof(what)) ||
+		temporary_files_present(st, what, sizeof(what)))
+	{
+		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+		LWLockRelease(TablespaceCreateLock);
+		tsm_ctl_note(&job->ctl, "%s appeared just before the switch; retrying", what);
+		relocate_switch_release(job);
+		return false;
+	}
+	st->switched_at = GetCurrentTimestamp();
 	link = read_tablespace_link(st->spc, st->spcname);
 	snprintf(tmp_link, sizeof(tmp_link), "%s.tsmove", st->link_path);
 	(void) unlink(tmp_link);
@@ -1510,12 +1555,13 @@ relocate_switch_commit(TsmJob *job)
 	}
 	job->switch_committed = true;
 	(void) fsync_fname_ext("pg_tblspc", true, false, PANIC);
+	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 	LWLockRelease(TablespaceCreateLock);
 	release_old_descriptors(st);
 	RESUME_INTERRUPTS();
 
 	tsm_ctl_debug_pause(&job->ctl, "warming");
-	copy_stragglers(st->old_dir, st->new_dir);
+	copy_stragglers(st->old_dir, st->new_dir, false);
 	remove_unlinked_tombstones(job);
 	st->stragglers_done = true;
 
@@ -1525,6 +1571,7 @@ relocate_switch_commit(TsmJob *job)
 	CommitTransactionCommand();
 	job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
+	return true;
 }
 
 static void
@@ -1559,7 +1606,11 @@ remove_old_files(TsmRelocation *st)
 	fsync_fname(st->old_location, true);
 }
 
-/* Add the regular files under dir, and under its subdirectories, to *files. */
+/*
+ * Add the regular files under dir, and under its subdirectories, to
+ * *files; not the temporary files of sessions (pgsql_tmp), which a query
+ * may still be reading: shrunk, it would read short, with no error.
+ */
 static void
 list_old_files(const char *dir, bool recurse, List **files)
 {
@@ -1571,7 +1622,8 @@ list_old_files(const char *dir, bool recurse, List **files)
 		char	   *path;
 		struct stat st;
 
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+			strcmp(de->d_name, PG_TEMP_FILES_DIR) == 0)
 			continue;
 		path = psprintf("%s/%s", dir, de->d_name);
 		if (lstat(path, &st) < 0)
@@ -1618,6 +1670,75 @@ shrink_old_files(TsmJob *job, const char *old_dir)
 	list_free_deep(files);
 }
 
+/*
+ * The pid of a live process that owns a temporary file or file set in the
+ * old location's pgsql_tmp (named pgsql_tmp<pid>.<n>), or 0.
+ */
+static int
+old_temporary_file_owner(TsmRelocation *st)
+{
+	char		path[MAXPGPATH];
+	DIR		   *dir;
+	struct dirent *de;
+	int			owner = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", st->old_dir, PG_TEMP_FILES_DIR);
+	dir = AllocateDir(path);
+	while (owner == 0 && dir != NULL && (de = ReadDirExtended(dir, path, DEBUG1)) != NULL)
+	{
+		int			pid;
+
+		if (sscanf(de->d_name, PG_TEMP_FILE_PREFIX "%d.", &pid) == 1 && pid > 0 &&
+			(kill(pid, 0) == 0 || errno == EPERM))
+			owner = pid;
+	}
+	if (dir != NULL)
+		FreeDir(dir);
+	return owner;
+}
+
+/*
+ * Before the old files go: wait for every backup that began before the
+ * switch (none can, as switch_commit checks, unless it started in a way
+ * backups.c cannot see), and for the sessions whose temporary files are
+ * still in the old location (created just before the rename: they read
+ * them through descriptors they hold; no new one goes there).
+ */
+static void
+wait_for_old_files_users(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	char		what[MAXPGPATH + 64];
+	TimestampTz oldest;
+	int			owner;
+
+	while (tsm_backup_running(&oldest, what, sizeof(what)) && oldest <= st->switched_at)
+	{
+		tsm_ctl_note(&job->ctl, "waiting for %s, which began before the switch, to end before removing the old files",
+					 what);
+		tsm_ctl_sleep(&job->ctl, 1000);
+	}
+	while ((owner = old_temporary_file_owner(st)) != 0)
+	{
+		tsm_ctl_note(&job->ctl, "waiting for process %d to close its temporary files in \"%s\" before removing the old files",
+					 owner, st->old_dir);
+		tsm_ctl_sleep(&job->ctl, 1000);
+	}
+}
+
+/* Remove the job's marks from both locations. */
+static void
+remove_marks(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+
+	if (!st->marks_written)
+		return;
+	tsm_relocmark_remove(st->new_location, job->row.job_id);
+	tsm_relocmark_remove(st->old_location, job->row.job_id);
+	st->marks_written = false;
+}
+
 /* finish: the shared buffers stay valid (relfilenodes are unchanged); remove the old files. */
 static void
 relocate_finish(TsmJob *job)
@@ -1625,9 +1746,11 @@ relocate_finish(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 
 	close_all_files(job);
+	wait_for_old_files_users(job);
 	tsm_ctl_note(&job->ctl, "%s", "removing the old files");
 	shrink_old_files(job, st->old_dir);
 	remove_old_files(st);
+	remove_marks(job);
 	release_tablespace_lock(st);
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld relocated tablespace \"%s\" to \"%s\": %lld blocks, "
@@ -1657,13 +1780,14 @@ relocate_cleanup(TsmJob *job)
 		if (!st->barrier_done)
 			release_old_descriptors(st);
 		if (!st->stragglers_done)
-			copy_stragglers(st->old_dir, st->new_dir);
+			copy_stragglers(st->old_dir, st->new_dir, false);
 		remove_old_files(st);
 	}
 	else if (st->new_dir_made && !rmtree(st->new_dir, true))
 		ereport(WARNING,
 				(errmsg("pg_tsmove could not remove all of \"%s\"", st->new_dir),
 				 errhint("Remove it by hand: the relocation failed and nothing uses it.")));
+	remove_marks(job);
 	release_tablespace_lock(st);
 }
 
@@ -1694,8 +1818,11 @@ const TsmFrontEnd tsm_tablespace_relocation = {
  * The recovery pass's part: a relocation interrupted by a crash or an
  * immediate shutdown.  The link is the truth: if it points to the new
  * location, the switch happened, and the old files go (after copying what
- * raced the rename); otherwise the new location is scratch.  Runs in the
- * recovery transaction; marks the job.
+ * raced the rename); otherwise the new location is scratch.  But a
+ * location is removed only if its mark proves it is this data directory's
+ * and this job's (relocmark.c): in a restored backup or a promoted
+ * standby the same paths may hold another cluster's live files.  Runs in
+ * the recovery transaction; marks the job.
  */
 void
 tsm_recover_relocation(const TsmUnfinishedJob *job)
@@ -1719,9 +1846,10 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 	if (len >= 0)
 		target[len] = '\0';
 
-	if (len >= 0 && strcmp(target, job->new_location) == 0)
+	if (len >= 0 && strcmp(target, job->new_location) == 0 &&
+		tsm_relocmark_is_ours(job->old_location, job->job_id))
 	{
-		copy_stragglers(old_dir, new_dir);
+		copy_stragglers(old_dir, new_dir, false);
 		if (!rmtree(old_dir, true))
 			ereport(WARNING,
 					(errmsg("pg_tsmove could not remove all of \"%s\"", old_dir)));
@@ -1731,7 +1859,18 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 				(errmsg("pg_tsmove: job %lld had relocated its tablespace when the server stopped; removed \"%s\"",
 						(long long) job->job_id, old_dir)));
 	}
-	else if (len >= 0 && strcmp(target, job->old_location) == 0)
+	else if (len >= 0 && strcmp(target, job->new_location) == 0)
+	{
+		tsm_jobrec_set_state(job->job_id, TSM_DONE,
+							 psprintf("the server stopped after the switch; \"%s\" was left as it is: "
+									  "nothing proves that this data directory wrote it "
+									  "(a restored backup or a promoted standby?)", old_dir));
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld had relocated its tablespace; \"%s\" is not this data directory's, left as it is",
+						(long long) job->job_id, old_dir)));
+	}
+	else if (len >= 0 && strcmp(target, job->old_location) == 0 &&
+			 tsm_relocmark_is_ours(job->new_location, job->job_id))
 	{
 		if (access(new_dir, F_OK) == 0 && !rmtree(new_dir, true))
 			ereport(WARNING,
@@ -1743,8 +1882,21 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 						(long long) job->job_id, new_dir)));
 	}
 	else
+	{
 		tsm_jobrec_set_state(job->job_id, TSM_FAILED,
-							 psprintf("interrupted; the tablespace link points to neither \"%s\" nor \"%s\", "
-									  "so both were left as they are",
-									  job->old_location, job->new_location));
+							 psprintf("interrupted; \"%s\" and \"%s\" were left as they are: the tablespace "
+									  "link points to the first, and nothing proves that this data "
+									  "directory wrote the other (a restored backup or a promoted standby?)",
+									  len >= 0 ? target : "(no link)",
+									  len >= 0 && strcmp(target, job->old_location) == 0 ?
+									  new_dir : old_dir));
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld was interrupted; nothing proves its directories are this data directory's, left them as they are",
+						(long long) job->job_id)));
+		return;
+	}
+	if (tsm_relocmark_is_ours(job->old_location, job->job_id))
+		tsm_relocmark_remove(job->old_location, job->job_id);
+	if (tsm_relocmark_is_ours(job->new_location, job->job_id))
+		tsm_relocmark_remove(job->new_location, job->job_id);
 }

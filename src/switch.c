@@ -234,9 +234,10 @@ note_switch_commit(XactEvent event, void *arg)
 /*
  * With the locks held and the new storage complete and synced: point
  * pg_class at the new files and commit.  The old files stay, unused, for
- * relmove.c to remove after warming.
+ * relmove.c to remove after warming.  Always true: nothing outside the
+ * locks can hold a relation's switch back.
  */
-void
+bool
 tsm_relation_switch_commit(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
@@ -281,6 +282,7 @@ tsm_relation_switch_commit(TsmJob *job)
 	PG_END_TRY();
 	job->ctl.progress.switch_ms = (double) (switch_committed_at - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
+	return true;
 }
 
 /*

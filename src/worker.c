@@ -314,8 +314,7 @@ try_switch(TsmJob *job)
 		if (fs->order[i]->when == TSM_COPY_LOCKED)
 			tsm_copy_file_whole(fs, fs->order[i]);
 	tsm_fileset_sync(fs);
-	job->front->switch_commit(job);
-	return true;
+	return job->front->switch_commit(job);
 }
 
 /*

@@ -1,0 +1,301 @@
+"""Relocations and backups, taken as DBAs take them, restored and started.
+
+A relocation writes no WAL for its copy: a backup is only as good as the
+files it read.  So the switch waits while any backup runs, pg_basebackup or
+the low-level API (pg_backup_start ... pg_backup_stop, as pgBackRest, Barman
+and WAL-G use it), also one that starts in the seconds between the switch's
+check and its rename; and the recovery pass of a restored copy never
+removes a directory that this data directory did not write.
+
+After each restore: the restored copy starts, and its data passes the
+checks of integrity.py; the original loses nothing.
+"""
+
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+
+from integrity import ShadowTpcb
+from moves import job_row, wait_for, wait_job
+from pgcluster import (PG_BIN, Cluster, chown_to_server_user, make_server_dir,
+                       run_server_program)
+from test_relocation import location_of, new_location, relocate
+
+SCALE = 2
+
+
+def set_pause(cluster, phase):
+    cluster.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
+    cluster.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+
+
+def relocate_paused_at(cluster, phase, location):
+    set_pause(cluster, phase)
+    job = relocate(cluster, "ts_a", location)
+    wait_for(lambda: "job %d pauses at %s" % (job, phase) in cluster.log_contents(),
+             60, what="the pause at " + phase)
+    return job
+
+
+def job_note(cluster, job):
+    return cluster.sql_scalar("SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,)) or ""
+
+
+def end_pause(cluster):
+    cluster.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    cluster.sql("SELECT pg_reload_conf()")
+
+
+def new_cluster_dirs(primary, name):
+    """A Cluster beside primary whose data directory a restore fills; it is
+    destroyed with primary."""
+    restored = Cluster(primary.base_dir, name)
+    restored._make_dirs()
+    primary.standbys.append(restored)
+    return restored
+
+
+def start_restored(restored, extra_conf=()):
+    # the old server's port and socket are in the copied postgresql.conf;
+    # append_conf puts this cluster's last
+    for name in ("postmaster.pid", "standby.signal"):
+        path = os.path.join(restored.data_dir, name)
+        if os.path.exists(path):
+            os.unlink(path)
+    restored.append_conf(["cluster_name = '%s'" % restored.name, "archive_mode = off"]
+                         + list(extra_conf))
+    return restored.start()
+
+
+def chown_tree(path):
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            chown_to_server_user(os.path.join(root, name))
+    chown_to_server_user(path)
+
+
+def pg_basebackup(primary, target_dir, mappings, fmt="p"):
+    argv = [os.path.join(PG_BIN, "pg_basebackup"), "-D", target_dir, "-d",
+            primary.conninfo(), "-X", "stream", "-c", "fast", "-F", fmt, "--no-sync"]
+    for old, new in mappings:
+        argv += ["-T", "%s=%s" % (old, new)]
+    return argv
+
+
+def test_pg_basebackup_in_the_switch_window(primary):
+    """pg_basebackup starts after the switch's check, while the worker holds
+    the locks before the rename (debug_pause_at 'switching'): the switch
+    sees it at the rename, gives its locks back and waits for the backup to
+    end.  The backup, restored and started, has every file."""
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "switching", new)
+
+    restored = new_cluster_dirs(primary, "restored")
+    restored_ts = make_server_dir(os.path.join(restored.root_dir, "ts_a"))
+    mappings = [(old, restored_ts), (new, restored_ts)] + [
+        (location, make_server_dir(os.path.join(restored.root_dir, name)))
+        for name, location in primary.tablespaces.items() if name != "ts_a"]
+    argv = pg_basebackup(primary, restored.data_dir, mappings)
+    backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
+                              else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd="/")
+    wait_for(lambda: backup.poll() is not None or primary.sql_scalar(
+        "SELECT count(*) FROM pg_stat_progress_basebackup"), 30, what="the backup to start")
+    assert backup.poll() is None, backup.communicate()
+    end_pause(primary)
+    wait_for(lambda: "pg_basebackup" in job_note(primary, job), 30,
+             what="the switch to see the backup")
+    assert location_of(primary, "ts_a") == old     # not switched under the backup
+    out, err = backup.communicate(timeout=120)
+    assert backup.returncode == 0, err
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+
+    start_restored(restored)
+    assert shadow.problems(restored) == []
+    assert restored.amcheck() == []
+    assert location_of(restored, "ts_a") == restored_ts
+    assert shadow.problems() == []
+
+
+def test_low_level_backup_postpones_the_switch(primary):
+    """A backup taken the way pgBackRest takes it: pg_backup_start(), copy
+    the data directory and each tablespace's version directory through the
+    pg_tblspc links, pg_backup_stop(), write backup_label and tablespace_map;
+    WAL from the archive.  The relocation's switch waits until
+    pg_backup_stop(); the backup, restored and started, is whole."""
+    archive = make_server_dir(os.path.join(primary.root_dir, "archive"))
+    primary.append_conf(["archive_mode = on",
+                         "archive_command = 'cp %%p %s/%%f'" % archive])
+    primary.restart()
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    bench = shadow.run_background(seconds=15, clients=2, jobs=1)
+
+    with primary.conn() as backup_session:
+        backup_session.execute("SELECT pg_backup_start('tsmove test', true)")
+        job = relocate(primary, "ts_a", new)
+        wait_for(lambda: "pg_backup_start" in job_note(primary, job), 60,
+                 what="the switch to wait for the backup")
+
+        restored = new_cluster_dirs(primary, "restored")
+        copies = copy_data_directory(primary.data_dir, restored.data_dir,
+                                     restored.tablespace_root)
+        time.sleep(1)
+        assert location_of(primary, "ts_a") == old   # still waiting
+        label, spcmap = backup_session.execute(
+            "SELECT labelfile, spcmapfile FROM pg_backup_stop(true)").fetchone()
+    bench.wait()
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+
+    with open(os.path.join(restored.data_dir, "backup_label"), "w") as f:
+        f.write(label)
+    with open(os.path.join(restored.data_dir, "tablespace_map"), "w") as f:
+        f.write("".join("%s %s\n" % (line.split(" ", 1)[0], copies[line.split(" ", 1)[0]])
+                        for line in spcmap.splitlines() if line.strip()))
+    open(os.path.join(restored.data_dir, "recovery.signal"), "w").close()
+    chown_tree(restored.root_dir)
+    os.chmod(restored.data_dir, 0o700)
+    start_restored(restored, ["restore_command = 'cp %s/%%f %%p'" % archive,
+                              "recovery_target = 'immediate'",
+                              "recovery_target_action = 'promote'"])
+    wait_for(lambda: not restored.sql_scalar("SELECT pg_is_in_recovery()"), 60,
+             what="the restored copy to finish recovery")
+    assert shadow.problems(restored) == []
+    assert restored.amcheck() == []
+    assert shadow.problems() == []
+
+
+def copy_data_directory(data_dir, target, tablespace_root):
+    """What a file-level backup tool copies: the data directory without
+    what pg_basebackup leaves out, and each tablespace's version directory,
+    followed through its pg_tblspc link, to tablespace_root/<oid>.
+    Returns {oid: copy}."""
+    skip_contents = {"pg_wal", "pg_replslot", "pg_stat_tmp", "pg_dynshmem",
+                     "pg_notify", "pg_serial", "pg_snapshots", "pg_subtrans"}
+    os.makedirs(target, exist_ok=True)
+    for entry in os.listdir(data_dir):
+        src, dst = os.path.join(data_dir, entry), os.path.join(target, entry)
+        if entry in ("postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map"):
+            continue
+        if entry in skip_contents or entry == "pg_tblspc":
+            os.makedirs(dst, exist_ok=True)
+            if entry == "pg_wal":
+                os.makedirs(os.path.join(dst, "archive_status"), exist_ok=True)
+            continue
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("pgsql_tmp*"))
+        else:
+            shutil.copy2(src, dst)
+    copies = {}
+    for oid in os.listdir(os.path.join(data_dir, "pg_tblspc")):
+        location = os.readlink(os.path.join(data_dir, "pg_tblspc", oid))
+        copies[oid] = os.path.join(tablespace_root, oid)
+        os.makedirs(copies[oid], exist_ok=True)
+        for version_dir in os.listdir(location):
+            if version_dir.startswith("PG_"):
+                shutil.copytree(os.path.join(location, version_dir),
+                                os.path.join(copies[oid], version_dir),
+                                ignore=shutil.ignore_patterns("pgsql_tmp*"))
+    return copies
+
+
+def test_restored_backup_leaves_the_original_alone(primary):
+    """A tar backup taken while a relocation copies, restored later on the
+    same host into the location the original has since left: its tablespace
+    link names the old location, and its job row says 'copying'.  Its
+    recovery pass must not remove the new location's files (the original's
+    live tablespace): it fails the job and leaves both alone."""
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "copying", new)
+    bench = shadow.run_background(seconds=5, clients=2, jobs=1)
+    tar_dir = os.path.join(primary.root_dir, "tar_backup")
+    make_server_dir(tar_dir)
+    run_server_program(pg_basebackup(primary, tar_dir, [], fmt="t"), timeout=300)
+    bench.wait()
+    end_pause(primary)
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+    assert not any(e.startswith("PG_") for e in os.listdir(old))
+    expected = primary.row_hash("pgbench_accounts", "aid")
+
+    # restore: base.tar into a new data directory, the tablespace's tar into
+    # the old location, which the tablespace_map in base.tar names
+    restored = new_cluster_dirs(primary, "restored")
+    make_server_dir(restored.data_dir)
+    with tarfile.open(os.path.join(tar_dir, "base.tar")) as t:
+        t.extractall(restored.data_dir)
+    with tarfile.open(os.path.join(tar_dir, "pg_wal.tar")) as t:
+        t.extractall(os.path.join(restored.data_dir, "pg_wal"))
+    ts_a_oid = str(primary.sql_scalar("SELECT oid FROM pg_tablespace WHERE spcname = 'ts_a'"))
+    spc_map = {}
+    for name in os.listdir(tar_dir):
+        oid = name.split(".")[0]
+        if not oid.isdigit():
+            continue
+        # ts_a where the map says (the old location); any other tablespace
+        # in a directory of the restored copy's own
+        spc_map[oid] = old if oid == ts_a_oid else make_server_dir(
+            os.path.join(restored.tablespace_root, oid))
+        with tarfile.open(os.path.join(tar_dir, name)) as t:
+            t.extractall(spc_map[oid])
+    with open(os.path.join(restored.data_dir, "tablespace_map")) as f:
+        assert "%s %s" % (ts_a_oid, old) in f.read()
+    with open(os.path.join(restored.data_dir, "tablespace_map"), "w") as f:
+        f.write("".join("%s %s\n" % item for item in spc_map.items()))
+    chown_tree(restored.root_dir)
+    chown_tree(old)
+    os.chmod(restored.data_dir, 0o700)
+    start_restored(restored)
+
+    wait_for(lambda: restored.sql_scalar(
+        "SELECT state FROM tsmove.jobs WHERE job_id = %s", (job,)) == "failed", 60,
+             what="the restored copy's recovery pass")
+    error = restored.sql_scalar("SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,))
+    assert "left as they are" in error, error
+    # the original's live tablespace is whole
+    assert any(e.startswith("PG_") for e in os.listdir(new))
+    assert primary.row_hash("pgbench_accounts", "aid") == expected
+    assert shadow.problems() == []
+    # the restored copy is consistent in its own (old) location
+    assert location_of(restored, "ts_a") == old
+    assert shadow.problems(restored) == []
+    assert restored.amcheck() == []
+
+
+def test_spilled_cursor_keeps_its_rows(primary):
+    """A cursor whose sort spills into the tablespace (temp_tablespaces)
+    after the switch's check: the switch sees its temporary file at the
+    rename and waits; the cursor returns every row; then the switch
+    happens."""
+    primary.sql("CREATE TABLE t (i int) TABLESPACE ts_a; INSERT INTO t VALUES (1)")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "switching", new)
+    rows = 2_200_000
+    with primary.conn(autocommit=False) as conn:
+        conn.execute("SET temp_tablespaces = ts_a; SET work_mem = '64kB'")
+        conn.execute("DECLARE c CURSOR FOR SELECT g FROM generate_series(1, %d) g "
+                     "ORDER BY g DESC" % rows)
+        first = conn.execute("FETCH 1 FROM c").fetchone()[0]
+        end_pause(primary)
+        # the switch sees the file and waits (or, had it switched, it would
+        # have shrunk the file: then the fetch comes short)
+        wait_for(lambda: "temporary" in job_note(primary, job) or
+                          job_row(primary, job)["state"] == "done", 30,
+                          what="the switch to see the temporary file")
+        saw_it = "temporary" in job_note(primary, job)
+        fetched = 1 + len(conn.execute("FETCH ALL FROM c").fetchall())
+        conn.rollback()
+    assert first == rows and fetched == rows
+    assert saw_it
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
