@@ -172,6 +172,30 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 	list_free_deep(blockers);
 }
 
+/*
+ * Whether a client transaction that blocked the last failed attempt still
+ * holds a conflicting lock: another attempt now would time out the same
+ * way.  The caller then skips it, because every AccessExclusiveLock on a
+ * relation is WAL-logged, and a hot standby replays it by taking the same
+ * lock, which waits for the standby's own queries of the relation and
+ * cancels them after max_standby_streaming_delay.  Needs a transaction.
+ */
+bool
+tsm_last_blockers_remain(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
+{
+	List	   *blockers;
+	ListCell   *lc;
+	bool		remain = false;
+
+	if (block->nblockers == 0)
+		return false;
+	blockers = find_blockers(tags, ntags);
+	foreach(lc, blockers)
+		remain |= blocked_last_attempt(block, ((TsmBlocker *) lfirst(lc))->vxid);
+	list_free_deep(blockers);
+	return remain;
+}
+
 /* pg_cancel_backend()'s rule, for the submitter.  Needs a transaction. */
 static bool
 submitter_may_signal(Oid submitter, Oid role)

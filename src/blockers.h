@@ -35,6 +35,8 @@ extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
 								  const char *what, Oid submitted_by);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
+extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,
+									 const LOCKTAG *tags, int ntags);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
 										const LOCKTAG *tags, int ntags);
 

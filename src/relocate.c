@@ -1073,6 +1073,12 @@ relocate_switch_lock(TsmJob *job)
 
 	if (tsm_cancel_blocking_queries(&job->block, st->locked, st->nlocked) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	else if (tsm_last_blockers_remain(&job->block, st->locked, st->nlocked))
+	{
+		/* it would fail as the last did, and log its locks for standbys */
+		CommitTransactionCommand();
+		return false;
+	}
 	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
 		return true;
 	note_contended(job, &st->locked[failed_at]);

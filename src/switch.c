@@ -162,6 +162,13 @@ tsm_relation_switch_lock(TsmJob *job)
 	StartTransactionCommand();
 	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	else if (tsm_last_blockers_remain(&job->block, tags, move->nmembers))
+	{
+		/* it would fail as the last did, and log its lock for standbys */
+		CommitTransactionCommand();
+		pfree(tags);
+		return false;
+	}
 	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, timeout_ms,
 								 &failed_at))
 	{
