@@ -47,8 +47,11 @@
  *	2. the worker reads the WAL to its end, copies what is dirty and the
  *	   files copied under the locks, and fsyncs every file (worker.c); now
  *	   every buffer equals its page in the new files, up to hint bits;
- *	3. fsync the new directories; under TablespaceCreateLock (which DROP
- *	   TABLESPACE takes) check the link still points to the old location,
+ *	3. fsync the new directories; create there the old location's empty
+ *	   files (segments a truncation left, which the checkpointer will
+ *	   fsync through the link); under TablespaceCreateLock (which DROP
+ *	   TABLESPACE takes) and DELAY_CHKPT_START, look again for backups and
+ *	   temporary files, check the link still points to the old location,
  *	   create the new link under a temporary name, rename() it over
  *	   pg_tblspc/<oid>, fsync pg_tblspc: from here the link is the truth;
  *	4. PROCSIGNAL_BARRIER_SMGRRELEASE: every process, the checkpointer and
@@ -58,7 +61,9 @@
  *	5. files created in the old location after the check (a CREATE racing
  *	   the rename) are copied; copies of dropped files whose pending unlink
  *	   the checkpointer already did are removed; release the locks;
- *	6. remove the old files (finish).
+ *	6. wait for backups that began before the switch and for sessions
+ *	   whose temporary files are in the old location; remove the old
+ *	   files (finish).
  * Crash: the link is the truth.  Before the rename the new location is
  * scratch; after it the old one is (tsm_recover_relocation).  But crash
  * recovery replays XLOG_TBLSPC_CREATE, which points the link at the
@@ -66,8 +71,12 @@
  * last checkpoint's redo point, a crash after the switch would undo it.
  * So the job looks for the record in the WAL since that checkpoint, and if
  * it is there asks for a checkpoint and switches only once one completed.
- * The switch also waits while pg_basebackup runs: a backup that read the
- * tablespace across the switch could miss files.
+ * The switch also waits while a base backup runs, of either kind
+ * (backups.c), and looks again at the rename with checkpoints delayed: a
+ * backup that read the tablespace across the switch could miss files.
+ * The recovery pass removes a location only if the job's mark proves it is
+ * this data directory's (relocmark.c): a restored backup or a promoted
+ * standby finds the same paths, which may hold another cluster's files.
  *
  * Relfilenode tombstones.  A dropped relation's first segment stays, empty,
  * until the next checkpoint, so that its relfilenode is not reused while
