@@ -212,7 +212,9 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
 
     assert wait_job(primary, job, 60) == "done"
     row = job_row(primary, job)
-    assert row["switch_attempts"] >= 3 and row["lock_wait_ms"] >= 3 * 15
+    # the first attempt waited its lock timeout; the next ones, seeing the
+    # same reader still there, did not queue at all (test_standby_locks.py)
+    assert row["switch_attempts"] >= 3 and row["lock_wait_ms"] >= 15
     # 20 ms lock timeout; generous margin for a loaded 2-core CI machine
     assert worst_ms < 250, worst_ms
     assert primary.sql_scalar("SELECT sum(n) FROM hot") == 200
