@@ -8,7 +8,7 @@ EXTVERSION   = 0.3
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o src/job.o src/tsjobs.o src/jobrecord.o src/jobctl.o \
                src/worker.o src/fileset.o src/copy.o src/mirror.o \
-               src/relmove.o src/switch.o src/blockers.o src/backups.o src/relocate.o src/relocmark.o src/dbcatalog.o \
+               src/relmove.o src/switch.o src/blockers.o src/backups.o src/barrier.o src/relocate.o src/relocmark.o src/dbcatalog.o \
                src/launcher.o src/resume.o src/pacing.o \
                src/monitor.o src/tsio.o src/relmap.o src/coaccess.o \
                src/history.o src/sampler.o

@@ -15,7 +15,8 @@
  *					the WAL before reading blocks), or say not now
  *	switch_lock		take the switch's locks, each within
  *					pg_tsmove.switch_lock_timeout; false if one was not
- *					granted (nothing held then)
+ *					granted (nothing held then), with a note if the reason
+ *					was not a lock
  *	switch_check	with the locks held and the WAL read to its end: whether
  *					the switch can go on; may add files to copy under the
  *					locks; false, with a note, to try again later

@@ -130,6 +130,7 @@
 #include "utils/timestamp.h"
 
 #include "backups.h"
+#include "barrier.h"
 #include "dbcatalog.h"
 #include "move.h"
 #include "relocmark.h"
@@ -1054,8 +1055,22 @@ relocate_switch_lock(TsmJob *job)
 	int			timeout_ms = tsm_switch_lock_timeout_ms;
 	int			failed_at;
 	int			n = 0;
+	int			laggard;
 
 	StartTransactionCommand();
+	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
+	{
+		CommitTransactionCommand();
+		if (laggard != 0)
+			tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
+						 "answer procsignal barriers): the switch takes no lock until it does",
+						 laggard, TSM_BARRIER_PROBE_MS / 1000);
+		else
+			tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
+						 "answer procsignal barriers): the switch takes no lock until it does",
+						 TSM_BARRIER_PROBE_MS / 1000);
+		return false;
+	}
 	resolve(job, true);
 	if (st->locked)
 		pfree(st->locked);

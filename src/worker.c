@@ -278,10 +278,13 @@ try_switch(TsmJob *job)
 	TimestampTz requested = GetCurrentTimestamp();
 
 	job->ctl.progress.switch_attempts++;
+	job->ctl.progress.note[0] = '\0';
 	if (!job->front->switch_lock(job))
 	{
 		job->ctl.progress.lock_wait_ms +=
 			(double) (GetCurrentTimestamp() - requested) / 1000.0;
+		if (job->ctl.progress.note[0] != '\0')
+			return false;		/* the front end said why */
 		if (job->ctl.progress.switch_attempts < TSM_SWITCH_ATTEMPTS_BEFORE_HINT)
 			tsm_ctl_note(&job->ctl,
 						 "switch attempt %d could not get the exclusive lock within %d ms; retrying",
