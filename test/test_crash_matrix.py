@@ -1,5 +1,5 @@
-"""kill -9 of the postmaster at each phase of a relation move, under TPC-B
-load, with a streaming standby (and once without): after restart the job
+"""kill -9 of the postmaster at each phase of a relation move and of a
+relocation, under TPC-B load, with a streaming standby (and once without): after restart the job
 resumes or ends as the phase says, and then no row is lost or brought back
 to life, on the primary and on the standby (integrity.ShadowTpcb), pgbench
 runs clean, and a second move succeeds with the data still right.
@@ -11,6 +11,7 @@ switch off), under the switch's exclusive lock, just after the switch
 committed, and while the old files shrink.
 """
 
+import os
 import time
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from integrity import ShadowTpcb
 from moves import (job_row, move_paused_at, start_move, tablespace_of, wait_for,
                    wait_for_state, wait_job)
+from pgcluster import make_server_dir
 
 SCALE = 10          # pgbench_accounts: 1 000 000 rows, 16 394 blocks
 
@@ -72,7 +74,8 @@ PHASES = [
 ]
 
 
-@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min")
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min",
+                     "wal_keep_size = 1GB")   # the standby catches up after the crash
 @pytest.mark.parametrize("phase, home, end_state", PHASES)
 def test_crash_under_load(primary, standby, phase, home, end_state):
     if phase == "copying_after_resume_point":
@@ -96,7 +99,8 @@ def test_crash_under_load(primary, standby, phase, home, end_state):
     check_everything(primary, standby, shadow)
 
 
-@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min")
+@pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min",
+                     "wal_keep_size = 1GB")   # the standby catches up after the crash
 def test_crash_before_the_first_resume_point_without_standby(primary):
     shadow = ShadowTpcb(primary, scale=SCALE, tablespace="ts_a")
     job = crash_during(primary, shadow, "copying")
@@ -117,3 +121,91 @@ def check_everything(primary, standby, shadow):
         primary.wait_for_replay(standby)
         assert shadow.problems(standby) == []
         assert standby.orphan_files() == []
+
+
+# ---- relocations ------------------------------------------------------------
+
+RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new")]
+
+
+@pytest.mark.pg_conf("checkpoint_timeout = 30min", "wal_keep_size = 1GB")
+@pytest.mark.parametrize("phase, survivor", RELOCATION_PHASES)
+def test_relocation_crash_under_load(primary, standby, phase, survivor):
+    """kill -9 of the postmaster while a relocation of the TPC-B tablespace
+    copies under load, holds its switch's locks, or has just renamed the
+    link: after restart one location holds the files, the data passes every
+    check on both servers, and a second relocation succeeds."""
+    shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
+    old = relocation_location(primary, "ts_a")
+    new = make_server_dir(os.path.join(primary.root_dir, "relocated"))
+    bench = shadow.run_background(seconds=120)
+    time.sleep(1)
+    primary.sql("CHECKPOINT")
+    if phase == "copying":
+        job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s, "
+                                 "max_rate_mb => 4)", (new,))
+        wait_for(lambda: job_row(primary, job)["blocks_copied"] > 500, 60, what="copying")
+    else:
+        primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
+        primary.sql("SELECT pg_reload_conf()")
+        time.sleep(0.3)
+        job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (new,))
+        wait_for(lambda: "job %d pauses at %s" % (job, phase) in primary.log_contents(),
+                 120, what="the pause at " + phase)
+    primary.kill9()
+    try:
+        bench.wait()
+    except Exception:
+        pass
+    primary.start()
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    primary.sql("SELECT pg_reload_conf()")
+
+    row = wait_for_state(primary, job, ("failed", "done"), 120)
+    assert row["state"] == ("done" if survivor == "new" else "failed"), row
+    kept, emptied = (old, new) if survivor == "old" else (new, old)
+    assert relocation_location(primary, "ts_a") == kept
+    assert os.listdir(emptied) == []
+    check_everything(primary, standby, shadow)
+
+    again = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (emptied,))
+    bench = shadow.run_background(seconds=5, clients=2, jobs=1)
+    assert wait_job(primary, again, 300) == "done", job_row(primary, again)
+    bench.wait()
+    assert relocation_location(primary, "ts_a") == emptied
+    check_everything(primary, standby, shadow)
+
+
+def relocation_location(cluster, tablespace):
+    return cluster.sql_scalar("SELECT pg_tablespace_location(oid) FROM pg_tablespace "
+                              "WHERE spcname = %s", (tablespace,))
+
+
+def test_standby_promoted_mid_relocation(primary, standby):
+    """A standby promoted while the primary relocates: the job row it
+    replayed says 'copying'; its recovery pass fails the job and touches
+    neither its own tablespace nor the primary's new location."""
+    shadow = ShadowTpcb(primary, scale=2, tablespace="ts_a")
+    new = make_server_dir(os.path.join(primary.root_dir, "relocated"))
+    primary.sql("CHECKPOINT")
+    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'copying'")
+    primary.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (new,))
+    wait_for(lambda: "job %d pauses at copying" % job in primary.log_contents(), 60,
+             what="the pause at copying")
+    shadow.run_background(seconds=3, clients=2, jobs=1).wait()
+    primary.wait_for_replay(standby)
+    new_files = sorted(os.listdir(new))
+    standby.sql("SELECT pg_promote()")
+    wait_for(lambda: standby.sql_scalar(
+        "SELECT state FROM tsmove.jobs WHERE job_id = %s", (job,)) == "failed", 60,
+             what="the promoted standby's recovery pass")
+    assert "left as they are" in standby.sql_scalar(
+        "SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,))
+    assert sorted(os.listdir(new)) == new_files      # the primary's, untouched
+    assert shadow.problems(standby) == [] and standby.amcheck() == []
+    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    primary.sql("SELECT pg_reload_conf()")
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert shadow.problems() == []
