@@ -1058,19 +1058,6 @@ relocate_switch_lock(TsmJob *job)
 	int			laggard;
 
 	StartTransactionCommand();
-	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
-	{
-		CommitTransactionCommand();
-		if (laggard != 0)
-			tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
-						 "answer procsignal barriers): the switch takes no lock until it does",
-						 laggard, TSM_BARRIER_PROBE_MS / 1000);
-		else
-			tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
-						 "answer procsignal barriers): the switch takes no lock until it does",
-						 TSM_BARRIER_PROBE_MS / 1000);
-		return false;
-	}
 	resolve(job, true);
 	if (st->locked)
 		pfree(st->locked);
@@ -1101,6 +1088,20 @@ relocate_switch_lock(TsmJob *job)
 	{
 		/* it would fail as the last did, and log its locks for standbys */
 		CommitTransactionCommand();
+		tsm_ctl_note(&job->ctl, "%s", TSM_NOTE_BLOCKERS_REMAIN);
+		return false;
+	}
+	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
+	{
+		CommitTransactionCommand();
+		if (laggard != 0)
+			tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
+						 "answer procsignal barriers): the switch takes no lock until it does",
+						 laggard, TSM_BARRIER_PROBE_MS / 1000);
+		else
+			tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
+						 "answer procsignal barriers): the switch takes no lock until it does",
+						 TSM_BARRIER_PROBE_MS / 1000);
 		return false;
 	}
 	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
@@ -1392,15 +1393,9 @@ copy_plain_file(const char *from, const char *to)
  * (their transaction had no visible relation to lock).  Temporary files
  * are not copied.  Used after the switch, and by the recovery pass after
  * a crash that followed the rename.
- *
- * With empty_only, before the rename: only the empty files, which are the
- * segments that a truncation (VACUUM) of a relation of more than a
- * segment left behind, whose fsync requests the checkpointer still holds
- * and carries out through the link (a missing one would PANIC it), and
- * tombstones.
  */
 static void
-copy_stragglers(const char *old_dir, const char *new_dir, bool empty_only)
+copy_stragglers(const char *old_dir, const char *new_dir)
 {
 	DIR		   *dir = AllocateDir(old_dir);
 	struct dirent *de;
@@ -1428,20 +1423,12 @@ copy_stragglers(const char *old_dir, const char *new_dir, bool empty_only)
 			int			oidchars;
 			ForkNumber	fork;
 
-			struct stat st;
-
 			if (!parse_filename_for_nontemp_relation(fe->d_name, &oidchars, &fork))
 				continue;
 			snprintf(from, sizeof(from), "%s/%s", old_db, fe->d_name);
 			snprintf(to, sizeof(to), "%s/%s", new_db, fe->d_name);
 			if (access(to, F_OK) == 0)
 				continue;
-			if (empty_only)
-			{
-				if (stat(from, &st) == 0 && st.st_size == 0)
-					copy_plain_file(from, to);
-				continue;
-			}
 			ereport(LOG,
 					(errmsg("pg_tsmove: copying \"%s\", created in the old location during the switch",
 							from)));
@@ -1496,6 +1483,44 @@ release_old_descriptors(TsmRelocation *st)
 }
 
 /*
+ * Under the locks, before the rename: the empty segments past the end of
+ * each relation this job holds locked, which a truncation (VACUUM) of a
+ * relation of more than one segment leaves behind, are created in the new
+ * location too: the checkpointer may still hold fsync requests for them,
+ * which it carries out through the link, and a missing one PANICs it.
+ * Only segments of relations the job has locked: anyone may be writing to
+ * another file, and a copy made now would hide its writes until the
+ * barrier (copy_stragglers copies those after it).
+ */
+static void
+create_inactive_segments(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TsmFileSet *fs = &job->files;
+
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+
+		if (f->gone || !OidIsValid(f->relid) || !holds_lock_on(st, f))
+			continue;
+		for (int segno = 1;; segno++)
+		{
+			char		old_path[MAXPGPATH];
+			char		new_path[MAXPGPATH];
+			struct stat sb;
+
+			segment_path(old_path, st->old_dir, f, segno);
+			if (stat(old_path, &sb) < 0)
+				break;
+			segment_path(new_path, st->new_dir, f, segno);
+			if (sb.st_size == 0 && access(new_path, F_OK) < 0)
+				copy_plain_file(old_path, new_path);
+		}
+	}
+}
+
+/*
  * switch_commit: with the locks held and the copy complete and synced,
  * repoint the link, make every process let go of the old files, copy
  * what raced the rename, and release the locks.  False, with the locks
@@ -1521,7 +1546,7 @@ relocate_switch_commit(TsmJob *job)
 	}
 	fsync_fname(st->new_dir, true);
 	fsync_fname(st->new_location, true);
-	copy_stragglers(st->old_dir, st->new_dir, true);
+	create_inactive_segments(job);
 	tsm_ctl_debug_pause(&job->ctl, "switching");
 
 	/*
@@ -1542,6 +1567,7 @@ relocate_switch_commit(TsmJob *job)
 	 */
 	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
 	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
+	pg_memory_barrier();		/* the flag is seen before we read who backs up */
 	if (tsm_backup_running(NULL, what, sizeof(what)) ||
 		temporary_files_present(st, what, sizeof(what)))
 	{
@@ -1552,6 +1578,7 @@ relocate_switch_commit(TsmJob *job)
 		return false;
 	}
 	st->switched_at = GetCurrentTimestamp();
+	tsm_ctl_debug_pause(&job->ctl, "renaming");
 	link = read_tablespace_link(st->spc, st->spcname);
 	snprintf(tmp_link, sizeof(tmp_link), "%s.tsmove", st->link_path);
 	(void) unlink(tmp_link);
@@ -1591,7 +1618,7 @@ relocate_switch_commit(TsmJob *job)
 	RESUME_INTERRUPTS();
 
 	tsm_ctl_debug_pause(&job->ctl, "warming");
-	copy_stragglers(st->old_dir, st->new_dir, false);
+	copy_stragglers(st->old_dir, st->new_dir);
 	remove_unlinked_tombstones(job);
 	st->stragglers_done = true;
 
@@ -1734,24 +1761,35 @@ old_temporary_file_owner(TsmRelocation *st)
  * still in the old location (created just before the rename: they read
  * them through descriptors they hold; no new one goes there).
  */
+static bool
+old_files_in_use(TsmRelocation *st, char *what, Size len)
+{
+	TimestampTz oldest;
+	char		backup[MAXPGPATH + 64];
+	int			owner;
+
+	if (tsm_backup_running(&oldest, backup, sizeof(backup)) && oldest <= st->switched_at)
+	{
+		snprintf(what, len, "%s, which began before the switch", backup);
+		return true;
+	}
+	if ((owner = old_temporary_file_owner(st)) != 0)
+	{
+		snprintf(what, len, "process %d, which has temporary files in \"%s\"", owner, st->old_dir);
+		return true;
+	}
+	return false;
+}
+
 static void
 wait_for_old_files_users(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
-	char		what[MAXPGPATH + 64];
-	TimestampTz oldest;
-	int			owner;
+	char		what[2 * MAXPGPATH];
 
-	while (tsm_backup_running(&oldest, what, sizeof(what)) && oldest <= st->switched_at)
+	while (old_files_in_use(st, what, sizeof(what)))
 	{
-		tsm_ctl_note(&job->ctl, "waiting for %s, which began before the switch, to end before removing the old files",
-					 what);
-		tsm_ctl_sleep(&job->ctl, 1000);
-	}
-	while ((owner = old_temporary_file_owner(st)) != 0)
-	{
-		tsm_ctl_note(&job->ctl, "waiting for process %d to close its temporary files in \"%s\" before removing the old files",
-					 owner, st->old_dir);
+		tsm_ctl_note(&job->ctl, "waiting for %s, to end before removing the old files", what);
 		tsm_ctl_sleep(&job->ctl, 1000);
 	}
 }
@@ -1807,10 +1845,22 @@ relocate_cleanup(TsmJob *job)
 	close_all_files(job);
 	if (job->switch_committed)
 	{
+		char		what[2 * MAXPGPATH];
+
 		if (!st->barrier_done)
 			release_old_descriptors(st);
 		if (!st->stragglers_done)
-			copy_stragglers(st->old_dir, st->new_dir, false);
+			copy_stragglers(st->old_dir, st->new_dir);
+		/* cancelled while finish waited: the old files stay for their users */
+		if (old_files_in_use(st, what, sizeof(what)))
+		{
+			ereport(WARNING,
+					(errmsg("pg_tsmove left \"%s\" in place: %s, may still read it", st->old_dir, what),
+					 errhint("Remove it by hand once that has ended: the tablespace no longer uses it.")));
+			remove_marks(job);
+			release_tablespace_lock(st);
+			return;
+		}
 		remove_old_files(st);
 	}
 	else if (st->new_dir_made && !rmtree(st->new_dir, true))
@@ -1879,7 +1929,7 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 	if (len >= 0 && strcmp(target, job->new_location) == 0 &&
 		tsm_relocmark_is_ours(job->old_location, job->job_id))
 	{
-		copy_stragglers(old_dir, new_dir, false);
+		copy_stragglers(old_dir, new_dir);
 		if (!rmtree(old_dir, true))
 			ereport(WARNING,
 					(errmsg("pg_tsmove could not remove all of \"%s\"", old_dir)));
@@ -1887,6 +1937,18 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 							 "the server stopped after the switch; the old files were removed at restart");
 		ereport(LOG,
 				(errmsg("pg_tsmove: job %lld had relocated its tablespace when the server stopped; removed \"%s\"",
+						(long long) job->job_id, old_dir)));
+	}
+	else if (len >= 0 && strcmp(target, job->new_location) == 0 &&
+			 tsm_relocmark_is_ours(job->new_location, job->job_id))
+	{
+		/* the live side is ours: what raced the rename goes there; copying removes nothing */
+		copy_stragglers(old_dir, new_dir);
+		tsm_jobrec_set_state(job->job_id, TSM_DONE,
+							 psprintf("the server stopped after the switch; \"%s\" was left as it is: "
+									  "its mark does not name this data directory", old_dir));
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld had relocated its tablespace; \"%s\" does not carry this data directory's mark, left as it is",
 						(long long) job->job_id, old_dir)));
 	}
 	else if (len >= 0 && strcmp(target, job->new_location) == 0)
