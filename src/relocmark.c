@@ -12,15 +12,17 @@
  * same paths, and they hold the original's live files.  So before the job
  * writes its first file it leaves a mark in each location,
  * <location>/pg_tsmove_<database>_<job>.relocation, naming the system
- * identifier and the data directory (path, device and inode) of the
+ * identifier and the data directory (its real path and inode) of the
  * cluster that runs it; the recovery pass removes a location only if its
- * mark names this data directory and this job.
+ * mark names this data directory and this job.  Not the device number: a
+ * volume manager may give the same filesystem another after a reboot.
  *
  * The mark lies beside the version directory (PG_15_...), not in it:
  * pg_basebackup and backup tools copy only the version directory of a
  * tablespace, so no backup carries it.  A copy made some other way (the
  * whole location by hand) carries a mark that names another data
- * directory (another inode, even at the same path), which is no proof.
+ * directory (another inode, even at the same path: a restore creates the
+ * directory anew), which is no proof.
  * The job removes its marks when it ends.
  *
  *-------------------------------------------------------------------------
@@ -48,16 +50,20 @@ static char *
 mark_content(int64 job_id)
 {
 	struct stat st;
+	char	   *real_path = realpath(DataDir, NULL);
+	char	   *content;
 
-	if (stat(DataDir, &st) < 0)
+	if (real_path == NULL || stat(real_path, &st) < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not stat data directory \"%s\": %m", DataDir)));
-	return psprintf("pg_tsmove relocation\njob %u %lld\nsystem %llu\n"
-					"data_directory %s\ndevice %llu inode %llu\n",
-					MyDatabaseId, (long long) job_id,
-					(unsigned long long) GetSystemIdentifier(), DataDir,
-					(unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
+	content = psprintf("pg_tsmove relocation\njob %u %lld\nsystem %llu\n"
+					   "data_directory %s\ninode %llu\n",
+					   MyDatabaseId, (long long) job_id,
+					   (unsigned long long) GetSystemIdentifier(), real_path,
+					   (unsigned long long) st.st_ino);
+	free(real_path);
+	return content;
 }
 
 /* Leave the mark in location, durably, before any file of the job is there. */
