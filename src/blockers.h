@@ -18,6 +18,11 @@
 /* Blocking transactions remembered from one failed attempt to the next. */
 #define TSM_MAX_REMEMBERED_BLOCKERS 64
 
+/* The job's note while tsm_last_blockers_remain() holds attempts back. */
+#define TSM_NOTE_BLOCKERS_REMAIN \
+	"waiting for the transaction that blocked the last switch attempt to end: " \
+	"no lock is requested meanwhile; pg_tsmove.switch_cancel_blockers_after cancels its query"
+
 /* What a switch tells blockers.c about itself. */
 typedef struct TsmSwitchBlock
 {

@@ -166,6 +166,7 @@ tsm_relation_switch_lock(TsmJob *job)
 	{
 		/* it would fail as the last did, and log its lock for standbys */
 		CommitTransactionCommand();
+		tsm_ctl_note(&job->ctl, "%s", TSM_NOTE_BLOCKERS_REMAIN);
 		pfree(tags);
 		return false;
 	}
