@@ -307,9 +307,11 @@ _PG_init(void)
 	DefineCustomStringVariable("pg_tsmove.debug_pause_at",
 							   "Developer option: a phase at which the worker pauses for 60 s.",
 							   "'copying' pauses before the first page is copied, 'switching' under "
-							   "the exclusive lock just before the switch commits, 'warming' just "
-							   "after it, 'shrinking' after the first step that shrinks the old "
-							   "files; the tests crash the server there.  A reload that no longer "
+							   "the exclusive lock just before the switch commits, 'renaming' (a "
+							   "relocation) just before its rename, with checkpoints held back, "
+							   "'warming' just after the switch, 'shrinking' after the first step "
+							   "that shrinks the old files; the tests crash the server there.  A "
+							   "reload that no longer "
 							   "names the phase ends the pause.",
 							   &tsm_debug_pause_at,
 							   "",

@@ -299,3 +299,75 @@ def test_spilled_cursor_keeps_its_rows(primary):
     assert saw_it
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
     assert location_of(primary, "ts_a") == new
+
+
+def test_backup_started_at_the_rename_reads_the_new_location(primary):
+    """pg_basebackup started after the switch's last look, just before the
+    rename (debug_pause_at 'renaming', checkpoints held back): its start
+    checkpoint waits for the rename, so it lists the new link and copies
+    the new, complete files.  Restored and started, it is whole."""
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "renaming", new)
+
+    restored = new_cluster_dirs(primary, "restored")
+    restored_ts = make_server_dir(os.path.join(restored.root_dir, "ts_a"))
+    mappings = [(old, restored_ts), (new, restored_ts)] + [
+        (location, make_server_dir(os.path.join(restored.root_dir, name)))
+        for name, location in primary.tablespaces.items() if name != "ts_a"]
+    argv = pg_basebackup(primary, restored.data_dir, mappings)
+    backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
+                              else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd="/")
+    wait_for(lambda: backup.poll() is not None or primary.sql_scalar(
+        "SELECT count(*) FROM pg_stat_progress_basebackup "
+        "WHERE phase = 'waiting for checkpoint to finish'"), 30,
+             what="the backup to wait for its checkpoint")
+    time.sleep(2)
+    # still held: its checkpoint waits for the rename
+    assert backup.poll() is None, backup.communicate()
+    assert primary.sql_scalar("SELECT phase FROM pg_stat_progress_basebackup") == \
+        "waiting for checkpoint to finish"
+    end_pause(primary)
+    out, err = backup.communicate(timeout=120)
+    assert backup.returncode == 0, err
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+
+    start_restored(restored)
+    assert location_of(restored, "ts_a") == restored_ts
+    assert shadow.problems(restored) == []
+    assert restored.amcheck() == []
+    assert shadow.problems() == []
+
+
+def test_recovery_leaves_locations_whose_mark_is_not_this_clusters(primary):
+    """kill -9 while a relocation copies; before the restart the marks are
+    made to name another data directory (another inode), as a copy of the
+    location made by hand would: the recovery pass removes neither
+    location and says why.  With the marks as written, the same crash
+    removes the new location (test_relocation.py)."""
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "copying", new)
+    primary.kill9()
+    marks = [os.path.join(loc, name) for loc in (old, new) for name in os.listdir(loc)
+             if name.endswith(".relocation")]
+    assert len(marks) == 2, marks
+    for mark in marks:
+        with open(mark) as f:
+            text = f.read()
+        assert "inode " in text
+        with open(mark, "w") as f:
+            f.write(text.replace("inode ", "inode 9"))
+    new_entries = sorted(os.listdir(new))
+    primary.start()
+    end_pause(primary)
+    wait_for(lambda: job_row(primary, job)["state"] == "failed", 60,
+             what="the recovery pass")
+    assert "left as they are" in job_row(primary, job)["error"]
+    assert sorted(os.listdir(new)) == new_entries
+    assert location_of(primary, "ts_a") == old
+    assert shadow.problems() == []
