@@ -257,7 +257,7 @@ class Cluster:
                                % self.name)
         os.kill(pid, signal.SIGKILL)
         self._wait_all_exited(timeout)
-        reap([pid])
+        self._wait_reaped(pid, timeout)
 
     def _wait_all_exited(self, timeout):
         """Wait until no process runs in the data directory.  A survivor
@@ -278,6 +278,25 @@ class Cluster:
                     "%s: processes still running %ds after the postmaster "
                     "went away: %s" % (self.name, timeout, alive))
             time.sleep(0.05)
+
+    def _wait_reaped(self, pid, timeout):
+        """Wait until the killed postmaster is gone from the process table.
+        A process being killed can already have no readable cwd (so
+        _wait_all_exited no longer counts it) and not yet be a zombie that
+        waitpid() collects; left a zombie, its PID stays alive to kill(0),
+        and the next postmaster refuses to start over its postmaster.pid."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:
+                if not os.path.exists("/proc/%d" % pid):
+                    return      # not our child, and reaped by its parent
+            if time.monotonic() > deadline:
+                raise ClusterError("%s: postmaster %d not reaped %ds after SIGKILL"
+                                   % (self.name, pid, timeout))
+            time.sleep(0.02)
 
     def postmaster_pid(self):
         """PID recorded in postmaster.pid, or None if there is no such file."""
