@@ -17,9 +17,11 @@
  *	  pg_backup_start, before the function runs, and each of its
  *	  transactions ends by asking the session's own state
  *	  (get_backup_status()), which clears the mark once no backup runs.
- *	  A session that exits ends its backup, and its mark.  A backup
- *	  started through the fast-path function call protocol is seen only
- *	  when its transaction ends.
+ *	  A session that exits ends its backup, and its mark.  Not seen: a
+ *	  backup started through the fast-path function call protocol, or by
+ *	  a query whose text does not name pg_backup_start (a PL/pgSQL
+ *	  assignment evaluated as a simple expression, a wrapper function);
+ *	  nor pg_basebackup with track_activities off (no progress command).
  * The relocation closes the window between its check and its rename by
  * delaying checkpoints (relocate.c): a backup that starts after the check
  * reads pg_tblspc only after its start checkpoint, so after the rename.
