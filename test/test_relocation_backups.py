@@ -371,3 +371,84 @@ def test_recovery_leaves_locations_whose_mark_is_not_this_clusters(primary):
     assert sorted(os.listdir(new)) == new_entries
     assert location_of(primary, "ts_a") == old
     assert shadow.problems() == []
+
+
+def restore_tar_backup(primary, tar_dir, name, extra_conf):
+    """A tar base backup restored into a new cluster beside primary, every
+    tablespace in a directory of its own; started with extra_conf."""
+    restored = new_cluster_dirs(primary, name)
+    make_server_dir(restored.data_dir)
+    with tarfile.open(os.path.join(tar_dir, "base.tar")) as t:
+        t.extractall(restored.data_dir)
+    spc_map = {}
+    for entry in os.listdir(tar_dir):
+        oid = entry.split(".")[0]
+        if oid.isdigit():
+            spc_map[oid] = make_server_dir(os.path.join(restored.tablespace_root, oid))
+            with tarfile.open(os.path.join(tar_dir, entry)) as t:
+                t.extractall(spc_map[oid])
+    with open(os.path.join(restored.data_dir, "tablespace_map"), "w") as f:
+        f.write("".join("%s %s\n" % item for item in spc_map.items()))
+    open(os.path.join(restored.data_dir, "recovery.signal"), "w").close()
+    chown_tree(restored.root_dir)
+    os.chmod(restored.data_dir, 0o700)
+    start_restored(restored, extra_conf)
+    wait_for(lambda: not restored.sql_scalar("SELECT pg_is_in_recovery()"), 120,
+             what="%s to finish recovery" % name)
+    return restored
+
+
+def test_point_in_time_recovery_around_a_relocation(primary):
+    """A base backup taken before a relocation, and the archived WAL,
+    recovered to a restore point before it, during its copy, and after it:
+    each copy is consistent, and its job is absent, failed with both
+    locations left alone, or done, with its tablespace where the restore
+    put it.  The original loses nothing."""
+    archive = make_server_dir(os.path.join(primary.root_dir, "archive"))
+    primary.append_conf(["archive_mode = on",
+                         "archive_command = 'cp %%p %s/%%f'" % archive])
+    primary.restart()
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    tar_dir = make_server_dir(os.path.join(primary.root_dir, "tar_backup"))
+    run_server_program(pg_basebackup(primary, tar_dir, [], fmt="t"), timeout=300)
+
+    shadow.run_background(seconds=3, clients=2, jobs=1).wait()
+    primary.sql("SELECT pg_create_restore_point('before')")
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "copying", new)
+    shadow.run_background(seconds=3, clients=2, jobs=1).wait()
+    primary.sql("SELECT pg_create_restore_point('during')")
+    end_pause(primary)
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    shadow.run_background(seconds=3, clients=2, jobs=1).wait()
+    primary.sql("SELECT pg_create_restore_point('after')")
+    primary.sql("SELECT pg_switch_wal()")
+    wait_for(lambda: primary.sql_scalar(
+        "SELECT last_failed_wal IS NULL AND last_archived_wal >= "
+        "pg_walfile_name(pg_current_wal_lsn() - 1) FROM pg_stat_archiver"), 60,
+             what="the WAL to be archived")
+    new_entries = sorted(os.listdir(new))
+
+    for target, state in (("before", None), ("during", "failed"), ("after", "done")):
+        restored = restore_tar_backup(primary, tar_dir, "pitr_" + target, [
+            "restore_command = 'cp %s/%%f %%p'" % archive,
+            "recovery_target_name = '%s'" % target,
+            "recovery_target_action = 'promote'"])
+        rows = restored.sql("SELECT state, error FROM tsmove.jobs WHERE job_id = %s", (job,))
+        if state is None:
+            assert rows == [], rows
+        else:
+            wait_for(lambda: restored.sql_scalar(
+                "SELECT state FROM tsmove.jobs WHERE job_id = %s", (job,)) in ("failed", "done"),
+                     60, what="the recovery pass in the copy at '%s'" % target)
+            row = restored.sql("SELECT state, error FROM tsmove.jobs WHERE job_id = %s", (job,))[0]
+            assert row[0] == state, (target, row)
+            if state == "failed":
+                assert "left as they are" in row[1], row
+        assert location_of(restored, "ts_a").startswith(restored.tablespace_root)
+        assert shadow.problems(restored) == [], target
+        assert restored.amcheck() == [], target
+        restored.destroy()
+    assert sorted(os.listdir(new)) == new_entries
+    assert location_of(primary, "ts_a") == new
+    assert shadow.problems() == []
