@@ -19,7 +19,8 @@ import pytest
 from integrity import ShadowTpcb
 from moves import (job_row, move_paused_at, start_move, tablespace_of, wait_for,
                    wait_for_state, wait_job)
-from pgcluster import make_server_dir
+from test_relocation import location_of, new_location, relocate
+from test_relocation_backups import end_pause, relocate_paused_at
 
 SCALE = 10          # pgbench_accounts: 1 000 000 rows, 16 394 blocks
 
@@ -136,49 +137,36 @@ def test_relocation_crash_under_load(primary, standby, phase, survivor):
     link: after restart one location holds the files, the data passes every
     check on both servers, and a second relocation succeeds."""
     shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
-    old = relocation_location(primary, "ts_a")
-    new = make_server_dir(os.path.join(primary.root_dir, "relocated"))
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
     bench = shadow.run_background(seconds=120)
     time.sleep(1)
-    primary.sql("CHECKPOINT")
     if phase == "copying":
-        job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s, "
-                                 "max_rate_mb => 4)", (new,))
+        job = relocate(primary, "ts_a", new, rate=4)
         wait_for(lambda: job_row(primary, job)["blocks_copied"] > 500, 60, what="copying")
     else:
-        primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
-        primary.sql("SELECT pg_reload_conf()")
-        time.sleep(0.3)
-        job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (new,))
-        wait_for(lambda: "job %d pauses at %s" % (job, phase) in primary.log_contents(),
-                 120, what="the pause at " + phase)
+        job = relocate_paused_at(primary, phase, new, timeout_s=120)
     primary.kill9()
     try:
         bench.wait()
     except Exception:
         pass
     primary.start()
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    primary.sql("SELECT pg_reload_conf()")
+    end_pause(primary)
 
     row = wait_for_state(primary, job, ("failed", "done"), 120)
     assert row["state"] == ("done" if survivor == "new" else "failed"), row
     kept, emptied = (old, new) if survivor == "old" else (new, old)
-    assert relocation_location(primary, "ts_a") == kept
+    assert location_of(primary, "ts_a") == kept
     assert os.listdir(emptied) == []
     check_everything(primary, standby, shadow)
 
-    again = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (emptied,))
+    again = relocate(primary, "ts_a", emptied)
     bench = shadow.run_background(seconds=5, clients=2, jobs=1)
     assert wait_job(primary, again, 300) == "done", job_row(primary, again)
     bench.wait()
-    assert relocation_location(primary, "ts_a") == emptied
+    assert location_of(primary, "ts_a") == emptied
     check_everything(primary, standby, shadow)
-
-
-def relocation_location(cluster, tablespace):
-    return cluster.sql_scalar("SELECT pg_tablespace_location(oid) FROM pg_tablespace "
-                              "WHERE spcname = %s", (tablespace,))
 
 
 def test_standby_promoted_mid_relocation(primary, standby):
@@ -186,26 +174,19 @@ def test_standby_promoted_mid_relocation(primary, standby):
     replayed says 'copying'; its recovery pass fails the job and touches
     neither its own tablespace nor the primary's new location."""
     shadow = ShadowTpcb(primary, scale=2, tablespace="ts_a")
-    new = make_server_dir(os.path.join(primary.root_dir, "relocated"))
-    primary.sql("CHECKPOINT")
-    primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'copying'")
-    primary.sql("SELECT pg_reload_conf()")
-    time.sleep(0.3)
-    job = primary.sql_scalar("SELECT tsmove.relocate_tablespace('ts_a', %s)", (new,))
-    wait_for(lambda: "job %d pauses at copying" % job in primary.log_contents(), 60,
-             what="the pause at copying")
+    new_dir = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "copying", new_dir)
     shadow.run_background(seconds=3, clients=2, jobs=1).wait()
     primary.wait_for_replay(standby)
-    new_files = sorted(os.listdir(new))
+    new_files = sorted(os.listdir(new_dir))
     standby.sql("SELECT pg_promote()")
     wait_for(lambda: standby.sql_scalar(
         "SELECT state FROM tsmove.jobs WHERE job_id = %s", (job,)) == "failed", 60,
              what="the promoted standby's recovery pass")
     assert "left as they are" in standby.sql_scalar(
         "SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,))
-    assert sorted(os.listdir(new)) == new_files      # the primary's, untouched
+    assert sorted(os.listdir(new_dir)) == new_files  # the primary's, untouched
     assert shadow.problems(standby) == [] and standby.amcheck() == []
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    primary.sql("SELECT pg_reload_conf()")
+    end_pause(primary)
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
     assert shadow.problems() == []

@@ -32,11 +32,11 @@ def set_pause(cluster, phase):
     time.sleep(0.3)
 
 
-def relocate_paused_at(cluster, phase, location):
+def relocate_paused_at(cluster, phase, location, timeout_s=60):
     set_pause(cluster, phase)
     job = relocate(cluster, "ts_a", location)
     wait_for(lambda: "job %d pauses at %s" % (job, phase) in cluster.log_contents(),
-             60, what="the pause at " + phase)
+             timeout_s, what="the pause at " + phase)
     return job
 
 
@@ -85,6 +85,22 @@ def pg_basebackup(primary, target_dir, mappings, fmt="p"):
     return argv
 
 
+def start_plain_backup(primary, old, new):
+    """Start pg_basebackup (plain) into a new cluster beside primary, ts_a
+    mapped from either of its locations, the other tablespaces to their
+    own directories.  Returns (restored cluster, its ts_a, the process)."""
+    restored = new_cluster_dirs(primary, "restored")
+    restored_ts = make_server_dir(os.path.join(restored.root_dir, "ts_a"))
+    mappings = [(old, restored_ts), (new, restored_ts)] + [
+        (location, make_server_dir(os.path.join(restored.root_dir, name)))
+        for name, location in primary.tablespaces.items() if name != "ts_a"]
+    argv = pg_basebackup(primary, restored.data_dir, mappings)
+    backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
+                              else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd="/")
+    return restored, restored_ts, backup
+
+
 def test_pg_basebackup_in_the_switch_window(primary):
     """pg_basebackup starts after the switch's check, while the worker holds
     the locks before the rename (debug_pause_at 'switching'): the switch
@@ -95,15 +111,7 @@ def test_pg_basebackup_in_the_switch_window(primary):
     new = new_location(primary, "relocated")
     job = relocate_paused_at(primary, "switching", new)
 
-    restored = new_cluster_dirs(primary, "restored")
-    restored_ts = make_server_dir(os.path.join(restored.root_dir, "ts_a"))
-    mappings = [(old, restored_ts), (new, restored_ts)] + [
-        (location, make_server_dir(os.path.join(restored.root_dir, name)))
-        for name, location in primary.tablespaces.items() if name != "ts_a"]
-    argv = pg_basebackup(primary, restored.data_dir, mappings)
-    backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
-                              else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd="/")
+    restored, restored_ts, backup = start_plain_backup(primary, old, new)
     wait_for(lambda: backup.poll() is not None or primary.sql_scalar(
         "SELECT count(*) FROM pg_stat_progress_basebackup"), 30, what="the backup to start")
     assert backup.poll() is None, backup.communicate()
@@ -311,15 +319,7 @@ def test_backup_started_at_the_rename_reads_the_new_location(primary):
     new = new_location(primary, "relocated")
     job = relocate_paused_at(primary, "renaming", new)
 
-    restored = new_cluster_dirs(primary, "restored")
-    restored_ts = make_server_dir(os.path.join(restored.root_dir, "ts_a"))
-    mappings = [(old, restored_ts), (new, restored_ts)] + [
-        (location, make_server_dir(os.path.join(restored.root_dir, name)))
-        for name, location in primary.tablespaces.items() if name != "ts_a"]
-    argv = pg_basebackup(primary, restored.data_dir, mappings)
-    backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
-                              else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd="/")
+    restored, restored_ts, backup = start_plain_backup(primary, old, new)
     wait_for(lambda: backup.poll() is not None or primary.sql_scalar(
         "SELECT count(*) FROM pg_stat_progress_basebackup "
         "WHERE phase = 'waiting for checkpoint to finish'"), 30,

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from moves import make_table, start_move, wait_for, wait_job
+from moves import make_table, start_move, wait_job
 from test_relocation import new_location, relocate
 
 READER_S = 6
