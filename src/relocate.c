@@ -138,6 +138,9 @@
 /* How often unresolved files are looked up again while copying. */
 #define TSM_RESOLVE_INTERVAL_MS 1000
 
+/* copy_plain_file writes here first; copy_stragglers removes leftovers. */
+#define TSM_TEMPORARY_COPY_SUFFIX ".tsmove_tmp"
+
 /* A database with files in the tablespace. */
 typedef struct RelocDb
 {
@@ -1354,7 +1357,7 @@ copy_plain_file(const char *from, const char *to)
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m", from)));
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tsmove_tmp", to);
+	snprintf(tmp, sizeof(tmp), "%s%s", to, TSM_TEMPORARY_COPY_SUFFIX);
 	dst = OpenTransientFile(tmp, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
 	if (dst < 0)
 		ereport(ERROR,
@@ -1388,6 +1391,33 @@ copy_plain_file(const char *from, const char *to)
 }
 
 /*
+ * Remove the temporary copies (copy_plain_file) that a crash or an error
+ * left in a database directory of the new location.
+ */
+static void
+remove_temporary_copies(const char *db_dir)
+{
+	DIR		   *dir = AllocateDir(db_dir);
+	struct dirent *de;
+	size_t		suffix = strlen(TSM_TEMPORARY_COPY_SUFFIX);
+
+	while ((de = ReadDirExtended(dir, db_dir, LOG)) != NULL)
+	{
+		size_t		len = strlen(de->d_name);
+		char		path[MAXPGPATH];
+
+		if (len <= suffix || strcmp(de->d_name + len - suffix, TSM_TEMPORARY_COPY_SUFFIX) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", db_dir, de->d_name);
+		if (unlink(path) < 0 && errno != ENOENT)
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("could not remove file \"%s\": %m", path)));
+	}
+	FreeDir(dir);
+}
+
+/*
  * Copy what is in the old version directory and not in the new one:
  * files a CREATE made there between the switch's check and the rename
  * (their transaction had no visible relation to lock).  Temporary files
@@ -1415,6 +1445,7 @@ copy_stragglers(const char *old_dir, const char *new_dir)
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not create directory \"%s\": %m", new_db)));
+		remove_temporary_copies(new_db);
 		dbdir = AllocateDir(old_db);
 		while ((fe = ReadDirExtended(dbdir, old_db, LOG)) != NULL)
 		{
@@ -1816,6 +1847,7 @@ relocate_finish(TsmJob *job)
 	close_all_files(job);
 	wait_for_old_files_users(job);
 	tsm_ctl_note(&job->ctl, "%s", "removing the old files");
+	tsm_ctl_debug_pause(&job->ctl, "shrinking");
 	shrink_old_files(job, st->old_dir);
 	remove_old_files(st);
 	remove_marks(job);

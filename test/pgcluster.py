@@ -514,7 +514,7 @@ class Cluster:
             SELECT t.spcname, pg_tablespace_location(t.oid), d.oid
             FROM pg_tablespace t, pg_database d
             WHERE d.datname = %s AND t.spcname <> 'pg_global'""", (dbname,))
-        version_dir = "PG_15_%s" % self._catalog_version()
+        version_dir = self.version_dir()
         dirs = {}
         for spcname, location, dboid in rows:
             if spcname == "pg_default":
@@ -525,6 +525,13 @@ class Cluster:
                 location = os.path.join(self.data_dir, location)
                 dirs[spcname] = os.path.join(location, version_dir, str(dboid))
         return dirs
+
+    def version_dir(self):
+        """The directory a tablespace's location holds for this server:
+        PG_<major>_<catalog version>."""
+        with open(os.path.join(self.data_dir, "PG_VERSION")) as f:
+            major = f.read().strip()
+        return "PG_%s_%s" % (major, self._catalog_version())
 
     def _catalog_version(self):
         proc = run_server_program([os.path.join(PG_BIN, "pg_controldata"),

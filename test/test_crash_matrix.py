@@ -19,8 +19,7 @@ import pytest
 from integrity import ShadowTpcb
 from moves import (job_row, move_paused_at, start_move, tablespace_of, wait_for,
                    wait_for_state, wait_job)
-from test_relocation import location_of, new_location, relocate
-from test_relocation_backups import end_pause, relocate_paused_at
+from test_relocation import end_pause, location_of, new_location, relocate, relocate_paused_at
 
 SCALE = 10          # pgbench_accounts: 1 000 000 rows, 16 394 blocks
 
@@ -126,15 +125,16 @@ def check_everything(primary, standby, shadow):
 
 # ---- relocations ------------------------------------------------------------
 
-RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new")]
+RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new"),
+                     ("shrinking", "new")]
 
 
 @pytest.mark.pg_conf("checkpoint_timeout = 30min", "wal_keep_size = 1GB")
 @pytest.mark.parametrize("phase, survivor", RELOCATION_PHASES)
 def test_relocation_crash_under_load(primary, standby, phase, survivor):
     """kill -9 of the postmaster while a relocation of the TPC-B tablespace
-    copies under load, holds its switch's locks, or has just renamed the
-    link: after restart one location holds the files, the data passes every
+    copies under load, holds its switch's locks, has just renamed the link,
+    or shrinks the old files: after restart one location holds the files, the data passes every
     check on both servers, and a second relocation succeeds."""
     shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
     old = location_of(primary, "ts_a")

@@ -76,6 +76,29 @@ def location_of(cluster, tablespace):
                               "WHERE spcname = %s", (tablespace,))
 
 
+def set_pause(cluster, phase):
+    cluster.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
+    cluster.sql("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+
+
+def relocate_paused_at(cluster, phase, location, timeout_s=60):
+    set_pause(cluster, phase)
+    job = relocate(cluster, "ts_a", location)
+    wait_for(lambda: "job %d pauses at %s" % (job, phase) in cluster.log_contents(),
+             timeout_s, what="the pause at " + phase)
+    return job
+
+
+def job_note(cluster, job):
+    return cluster.sql_scalar("SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,)) or ""
+
+
+def end_pause(cluster):
+    cluster.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    cluster.sql("SELECT pg_reload_conf()")
+
+
 def storage_identity(cluster, dbname):
     """(relation, OID, relfilenode) of every relation with storage."""
     return sorted(cluster.sql("SELECT oid::regclass::text, oid, relfilenode FROM pg_class "
@@ -268,16 +291,16 @@ def test_crash_during_relocation(primary, moment, survivor):
         job = relocate(primary, "ts_a", new_dir, rate=4)
         wait_for(lambda: job_row(primary, job)["blocks_copied"] > 100, 60, what="copying")
     else:
-        primary.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % moment)
-        primary.sql("SELECT pg_reload_conf()")
-        time.sleep(0.3)
-        job = relocate(primary, "ts_a", new_dir)
-        wait_for(lambda: "job %d pauses at %s" % (job, moment) in primary.log_contents(),
-                 60, what="the pause at " + moment)
+        job = relocate_paused_at(primary, moment, new_dir)
+    db_dir = os.path.join(new_dir, primary.version_dir(), str(primary.sql_scalar(
+        "SELECT oid FROM pg_database WHERE datname = 'postgres'")))
     primary.kill9()
+    if moment == "warming":
+        # what a crash inside copy_plain_file leaves: the recovery pass removes it
+        with open(os.path.join(db_dir, "999999.tsmove_tmp"), "wb") as half_copied:
+            half_copied.write(b"\0" * 8192)
     primary.start()
-    primary.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    primary.sql("SELECT pg_reload_conf()")
+    end_pause(primary)
 
     row = wait_for_state(primary, job, ("failed", "done"), 60)
     kept, emptied = (old_dir, new_dir) if survivor == "old" else (new_dir, old_dir)
@@ -287,6 +310,7 @@ def test_crash_during_relocation(primary, moment, survivor):
     assert os.listdir(kept) != []
     assert primary.row_hash("victim", "id") == expected
     assert primary.sql_scalar("SELECT count(*) FROM scratch") == 0   # unlogged: reset by the crash
+    assert not os.path.exists(os.path.join(db_dir, "999999.tsmove_tmp"))
     assert primary.amcheck() == [] and primary.orphan_files() == []
 
     again = relocate(primary, "ts_a", emptied)
@@ -295,6 +319,39 @@ def test_crash_during_relocation(primary, moment, survivor):
     assert os.listdir(kept) == []
     assert primary.row_hash("victim", "id") == expected
     assert primary.amcheck() == [] and primary.orphan_files() == []
+
+
+@pytest.mark.pg_conf("checkpoint_timeout = 30min")
+def test_truncation_below_a_segment_boundary_during_relocation(primary):
+    """VACUUM cuts a relation of more than 1 GB below a segment boundary
+    while the relocation copies: md.c keeps the cut segment as an empty
+    file, whose fsync request waits in the checkpointer.  The copy never
+    had that segment; a checkpoint just after the rename, before the files
+    that raced it are copied, fsyncs it through the link and must find it
+    (a missing one PANICs the checkpointer)."""
+    segment_rows = 131072             # one row a page: 1 GB of pages
+    primary.sql("CREATE TABLE huge (id int, pad text) WITH (fillfactor = 10, "
+                "autovacuum_enabled = off) TABLESPACE ts_a")
+    primary.sql("INSERT INTO huge SELECT g, repeat('h', 700) FROM generate_series(1, %d) g"
+                % (segment_rows + 3000))
+    assert primary.sql_scalar("SELECT pg_relation_size('huge') / 8192") > segment_rows
+    new_dir = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "copying", new_dir)   # listed, nothing copied
+    primary.sql("DELETE FROM huge WHERE id > 100000")
+    primary.sql("VACUUM huge")
+    assert primary.sql_scalar("SELECT pg_relation_size('huge') / 8192") < segment_rows
+    cut = primary.sql_scalar("SELECT pg_relation_filepath('huge')") + ".1"
+    assert os.path.getsize(os.path.join(primary.data_dir, cut)) == 0
+    set_pause(primary, "warming")     # just after the rename
+    wait_for(lambda: "job %d pauses at warming" % job in primary.log_contents(), 300,
+             what="the rename")
+    primary.sql("CHECKPOINT")
+    end_pause(primary)
+    assert wait_job(primary, job, 300) == "done", job_row(primary, job)
+    primary.sql("CHECKPOINT")
+    assert "PANIC" not in primary.log_contents()
+    assert primary.sql_scalar("SELECT count(*) FROM huge") == 100000
+    assert primary.amcheck(relations=["huge"]) == []
 
 
 def test_switch_waits_for_a_checkpoint_after_the_creation(primary):

@@ -21,32 +21,10 @@ from integrity import ShadowTpcb
 from moves import job_row, wait_for, wait_job
 from pgcluster import (PG_BIN, Cluster, chown_to_server_user, make_server_dir,
                        run_server_program)
-from test_relocation import location_of, new_location, relocate
+from test_relocation import (end_pause, job_note, location_of, new_location, relocate,
+                             relocate_paused_at)
 
 SCALE = 2
-
-
-def set_pause(cluster, phase):
-    cluster.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = '%s'" % phase)
-    cluster.sql("SELECT pg_reload_conf()")
-    time.sleep(0.3)
-
-
-def relocate_paused_at(cluster, phase, location, timeout_s=60):
-    set_pause(cluster, phase)
-    job = relocate(cluster, "ts_a", location)
-    wait_for(lambda: "job %d pauses at %s" % (job, phase) in cluster.log_contents(),
-             timeout_s, what="the pause at " + phase)
-    return job
-
-
-def job_note(cluster, job):
-    return cluster.sql_scalar("SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,)) or ""
-
-
-def end_pause(cluster):
-    cluster.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    cluster.sql("SELECT pg_reload_conf()")
 
 
 def new_cluster_dirs(primary, name):
