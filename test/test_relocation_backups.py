@@ -17,6 +17,8 @@ import subprocess
 import tarfile
 import time
 
+import pytest
+
 from integrity import ShadowTpcb
 from moves import job_row, wait_for, wait_job
 from pgcluster import (PG_BIN, Cluster, chown_to_server_user, make_server_dir,
@@ -367,13 +369,45 @@ def restore_tar_backup(primary, tar_dir, name, extra_conf):
                 t.extractall(spc_map[oid])
     with open(os.path.join(restored.data_dir, "tablespace_map"), "w") as f:
         f.write("".join("%s %s\n" % item for item in spc_map.items()))
-    open(os.path.join(restored.data_dir, "recovery.signal"), "w").close()
+    if any(line.startswith("restore_command") for line in extra_conf):
+        open(os.path.join(restored.data_dir, "recovery.signal"), "w").close()
+    else:               # the WAL pg_basebackup streamed; crash recovery from backup_label
+        with tarfile.open(os.path.join(tar_dir, "pg_wal.tar")) as t:
+            t.extractall(os.path.join(restored.data_dir, "pg_wal"))
     chown_tree(restored.root_dir)
     os.chmod(restored.data_dir, 0o700)
     start_restored(restored, extra_conf)
     wait_for(lambda: not restored.sql_scalar("SELECT pg_is_in_recovery()"), 120,
              what="%s to finish recovery" % name)
     return restored
+
+
+@pytest.mark.parametrize("moment", ["copying", "warming", "shrinking"])
+def test_tar_backup_during_a_relocation(primary, moment):
+    """pg_basebackup in tar format while the relocation copies (the switch
+    then waits for it), just after the rename, and while the old files
+    shrink; under load.  Restored beside the original and started, each is
+    whole, and the original loses nothing."""
+    shadow = ShadowTpcb(primary, scale=SCALE)
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, moment, new)
+    bench = shadow.run_background(seconds=4, clients=2, jobs=1)
+    tar_dir = make_server_dir(os.path.join(primary.root_dir, "tar_backup"))
+    run_server_program(pg_basebackup(primary, tar_dir, [], fmt="t"), timeout=300)
+    bench.wait()
+    end_pause(primary)
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    new_entries = sorted(os.listdir(new))
+
+    restored = restore_tar_backup(primary, tar_dir, "restored", [])
+    assert location_of(restored, "ts_a").startswith(restored.tablespace_root)
+    assert shadow.problems(restored) == []
+    assert restored.amcheck() == []
+    state = restored.sql_scalar("SELECT state FROM tsmove.jobs WHERE job_id = %s", (job,))
+    assert state in ("failed", "done"), state
+    assert sorted(os.listdir(new)) == new_entries
+    assert location_of(primary, "ts_a") == new
+    assert shadow.problems() == [] and primary.orphan_files() == []
 
 
 def test_point_in_time_recovery_around_a_relocation(primary):
