@@ -4,7 +4,7 @@
 # file only from the top directory when EXTENSION is set, so this Makefile
 # installs it itself and points DATA at the extension directory.
 
-EXTVERSION   = 0.3
+EXTVERSION   = 0.4
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o src/job.o src/tsjobs.o src/jobrecord.o src/jobctl.o \
                src/worker.o src/fileset.o src/copy.o src/mirror.o \

@@ -21,6 +21,12 @@ SELECT relation, relkind, source_tablespace, target_tablespace, mode, state,
        wal_bytes > 0 AS logged, switch_attempts >= 1 AS switched, switch_ms IS NOT NULL AS timed,
        finished_at >= started_at AS ordered, error
 FROM tsmove.jobs WHERE job_id = :job;
+-- as a person reads it in psql: share done, size in human units, whole seconds, rounded times
+SELECT progress,
+       size = pg_catalog.pg_size_pretty(blocks_total * pg_catalog.current_setting('block_size')::bigint) AS size_readable,
+       duration >= '0'::interval AND duration = pg_catalog.date_trunc('second', duration) AS whole_seconds,
+       switch_ms = pg_catalog.round(switch_ms::numeric, 1)::double precision AS switch_ms_rounded
+FROM tsmove.jobs WHERE job_id = :job;
 -- where the files are now: all three file sets in the target
 SELECT pg_catalog.count(*) AS in_target FROM pg_catalog.pg_class c
 WHERE c.oid IN ('mv'::pg_catalog.regclass,

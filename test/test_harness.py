@@ -27,7 +27,7 @@ def plain_primary(clusters, **kwargs):
 
 def test_primary_and_standby_fixtures(primary, standby):
     assert primary.sql_scalar(
-        "SELECT extversion FROM pg_extension WHERE extname = 'pg_tsmove'") == "0.3"
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_tsmove'") == "0.4"
     assert set(primary.tablespaces) == {"ts_a", "ts_b"}
     assert standby.sql_scalar("SELECT pg_is_in_recovery()") is True
     assert standby.sql_scalar("SHOW shared_preload_libraries") == "pg_tsmove"
