@@ -6,12 +6,16 @@
 
 EXTVERSION   = 0.4
 MODULE_big   = pg_tsmove
-OBJS         = src/pg_tsmove.o src/job.o src/tsjobs.o src/jobrecord.o src/jobctl.o \
-               src/worker.o src/fileset.o src/copy.o src/mirror.o \
-               src/relmove.o src/switch.o src/blockers.o src/backups.o src/barrier.o src/relocate.o src/relocmark.o src/dbcatalog.o \
-               src/launcher.o src/resume.o src/pacing.o \
-               src/monitor.o src/tsio.o src/relmap.o src/coaccess.o \
-               src/history.o src/sampler.o
+OBJS         = src/pg_tsmove.o \
+               src/move/job_api.o src/move/tablespace_api.o src/move/job_record.o \
+               src/move/job_control.o src/move/worker.o src/move/launcher.o \
+               src/move/fileset.o src/move/copy.o src/move/mirror.o \
+               src/move/resume.o src/move/pacing.o \
+               src/move/relation_move.o src/move/relation_switch.o src/move/switch_blockers.o \
+               src/move/relocation.o src/move/relocation_backups.o src/move/relocation_barrier.o \
+               src/move/relocation_dbcatalog.o src/move/relocation_marks.o \
+               src/monitor/monitor.o src/monitor/tablespace_io.o src/monitor/relation_map.o \
+               src/monitor/coaccess.o src/monitor/history.o src/monitor/sampler.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src
@@ -26,7 +30,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS tracks no header dependencies: every object depends on every header.
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 
 install: install-control
 install-control:

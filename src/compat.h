@@ -246,7 +246,7 @@ tsm_local_backend_status(int i)
 #endif
 }
 
-/* ---- monitoring (tsio.c, coaccess.c) ---------------------------------- */
+/* ---- monitoring (tablespace_io.c, coaccess.c) ------------------------ */
 
 #if PG_VERSION_NUM >= 170000
 #include "storage/proc.h"

@@ -29,8 +29,8 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
-#include "backups.h"
-#include "monitor.h"
+#include "monitor/monitor.h"
+#include "move/relocation_backups.h"
 #include "pg_tsmove.h"
 
 PG_MODULE_MAGIC;

@@ -3,7 +3,7 @@
  * pg_tsmove.h
  *	  Declarations shared by the files of pg_tsmove.
  *
- * A move is a job: a row in tsmove.job (the durable record, jobrecord.c)
+ * A move is a job: a row in tsmove.job (the durable record, job_record.c)
  * plus, while it runs, a worker slot in shared memory (the live record:
  * state, counters, cancel request, rate).
  *

@@ -1,0 +1,17 @@
+/*-------------------------------------------------------------------------
+ *
+ * relocation_barrier.h
+ *	  The SMGRRELEASE barrier of a relocation's switch, tried first with a
+ *	  bound (relocation_barrier.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_RELOCATION_BARRIER_H
+#define TSM_RELOCATION_BARRIER_H
+
+/* How long an attempt waits for every process before it takes a lock. */
+#define TSM_BARRIER_PROBE_MS 6000
+
+extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
+
+#endif							/* TSM_RELOCATION_BARRIER_H */

@@ -1,0 +1,48 @@
+/*-------------------------------------------------------------------------
+ *
+ * switch_blockers.h
+ *	  The sessions whose locks block a switch, and cancelling them
+ *	  (switch_blockers.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_SWITCH_BLOCKERS_H
+#define TSM_SWITCH_BLOCKERS_H
+
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+
+/* After cancelling its blockers, an attempt waits this long for them to end. */
+#define TSM_CANCEL_GRACE_MS 200
+/* Blocking transactions remembered from one failed attempt to the next. */
+#define TSM_MAX_REMEMBERED_BLOCKERS 64
+
+/* The job's note while tsm_last_blockers_remain() holds attempts back. */
+#define TSM_NOTE_BLOCKERS_REMAIN \
+	"waiting for the transaction that blocked the last switch attempt to end: " \
+	"no lock is requested meanwhile; pg_tsmove.switch_cancel_blockers_after cancels its query"
+
+/* What a switch tells switch_blockers.c about itself. */
+typedef struct TsmSwitchBlock
+{
+	int64		job_id;
+	const char *what;			/* the relation's or tablespace's name */
+	Oid			submitted_by;	/* cancels only what this role may */
+	TimestampTz blocked_since;	/* first failed attempt, or 0 */
+	bool		refusal_logged; /* "may not signal" was logged */
+	/* the client transactions that blocked the last failed attempt */
+	int			nblockers;
+	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
+} TsmSwitchBlock;
+
+extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
+								  const char *what, Oid submitted_by);
+extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
+									  const LOCKTAG *tags, int ntags);
+extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,
+									 const LOCKTAG *tags, int ntags);
+extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
+										const LOCKTAG *tags, int ntags);
+
+#endif							/* TSM_SWITCH_BLOCKERS_H */
