@@ -15,7 +15,8 @@ OBJS         = src/pg_tsmove.o \
                src/move/relocation.o src/move/relocation_backups.o src/move/relocation_barrier.o \
                src/move/relocation_dbcatalog.o src/move/relocation_marks.o \
                src/monitor/monitor.o src/monitor/tablespace_io.o src/monitor/relation_map.o \
-               src/monitor/coaccess.o src/monitor/history.o src/monitor/sampler.o
+               src/monitor/coaccess.o src/monitor/history.o src/monitor/sampler.o \
+               src/monitor/common.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src

@@ -81,7 +81,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_coaccess_pairs);
 PG_FUNCTION_INFO_V1(tsm_coaccess_reset);

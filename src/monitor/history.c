@@ -29,7 +29,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_tablespace_io_history);
 

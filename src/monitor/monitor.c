@@ -3,13 +3,15 @@
  * monitor.c
  *	  Set-up of pg_tsmove's monitoring: its GUCs, its shared memory, its
  *	  file (history, co-access pairs and totals kept across a clean
- *	  restart), tsmove.monitor_info(), and the preload check.
+ *	  restart), and tsmove.monitor_info().  The top of monitor/: it may
+ *	  call every other file there, and none calls it (monitor.h).
  *
  * _PG_init (pg_tsmove.c) calls tsm_monitor_init(), which defines the
  * run-time GUCs always and, when the library is being preloaded, the
  * shared-memory sizes, and installs the executor hooks (coaccess.c); at
  * its end, tsm_monitor_register_workers() registers the sampler
- * (sampler.c).  pg_tsmove.c's shmem_request and shmem_startup hooks call
+ * (sampler.c).  The GUCs' variables live in common.c, which the parts
+ * read.  pg_tsmove.c's shmem_request and shmem_startup hooks call
  * tsm_monitor_shmem_request() and tsm_monitor_shmem_startup().
  *
  * The file is pg_stat/pg_tsmove_monitor.stat.  As pg_stat_statements does,
@@ -34,7 +36,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_monitor_info);
 
@@ -42,17 +44,8 @@ PG_FUNCTION_INFO_V1(tsm_monitor_info);
 #define TSM_MONITOR_FILE_MAGIC	0x544d4f4e	/* "TMON" */
 #define TSM_MONITOR_FILE_FORMAT 1
 
-bool		tsm_track_coaccess = true;
-int			tsm_sample_interval_ms = 10000;
-int			tsm_coaccess_sample_interval_ms = 100;
-int			tsm_coaccess_max_pairs = 5000;
-int			tsm_history_interval_s = 60;
-int			tsm_history_size = 10080;
-int			tsm_relation_map_size = 20000;
-int			tsm_relation_map_refresh_s = 30;
-bool		tsm_save_monitoring = true;
-
-static bool monitor_ready = false;
+static void tsm_monitor_load_file(void);
+static void tsm_monitor_save_file(int code, Datum arg);
 
 /*
  * tsm_monitor_init
@@ -172,12 +165,6 @@ tsm_monitor_shmem_request(void)
 	RequestNamedLWLockTranche("pg_tsmove monitor", TSM_MONITOR_NLOCKS);
 }
 
-LWLock *
-tsm_monitor_lock(int which)
-{
-	return &(GetNamedLWLockTranche("pg_tsmove monitor"))[which].lock;
-}
-
 /*
  * tsm_monitor_shmem_startup
  *		Create or attach the monitoring structures; in the postmaster, load
@@ -195,7 +182,7 @@ tsm_monitor_shmem_startup(void)
 	tsm_coaccess_shmem_init();
 	tsm_history_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
-	monitor_ready = true;
+	tsm_monitor_ready = true;
 
 	if (!IsUnderPostmaster)
 		on_shmem_exit(tsm_monitor_save_file, (Datum) 0);
@@ -203,24 +190,10 @@ tsm_monitor_shmem_startup(void)
 		tsm_monitor_load_file();
 }
 
-/*
- * Error out unless the library was preloaded: the sampler and the shared
- * structures exist only then.
- */
-void
-tsm_monitor_require_preload(void)
-{
-	if (!monitor_ready)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_tsmove must be loaded via shared_preload_libraries"),
-				 errhint("Add pg_tsmove to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
 /* ---- the file ---------------------------------------------------------- */
 
 /* Read the file of the last clean shutdown, if any, and remove it. */
-void
+static void
 tsm_monitor_load_file(void)
 {
 	FILE	   *file = AllocateFile(TSM_MONITOR_FILE, PG_BINARY_R);
@@ -253,14 +226,14 @@ tsm_monitor_load_file(void)
  * on_shmem_exit callback of the postmaster: write the monitoring file,
  * unless exiting after a crash.
  */
-void
+static void
 tsm_monitor_save_file(int code, Datum arg)
 {
 	FILE	   *file;
 	uint32		header[4] = {TSM_MONITOR_FILE_MAGIC, TSM_MONITOR_FILE_FORMAT,
 	PG_VERSION_NUM / 100, sizeof(TsmHistoryRow)};
 
-	if (code != 0 || !monitor_ready)
+	if (code != 0 || !tsm_monitor_ready)
 		return;
 	if (!tsm_save_monitoring)
 	{

@@ -54,7 +54,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 /* First retry after unknown relations were seen, in ms (then doubling). */
 #define TSM_RELMAP_RETRY_MS 2000

@@ -38,7 +38,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 /* Seconds before the postmaster restarts a sampler that died. */
 #define TSM_SAMPLER_RESTART_S 10

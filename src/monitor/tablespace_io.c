@@ -66,7 +66,7 @@
 #include "utils/pgstat_internal.h"
 #include "utils/timestamp.h"
 
-#include "monitor/monitor.h"
+#include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_tablespace_io_stats);
 PG_FUNCTION_INFO_V1(tsm_tablespace_io_reset);
