@@ -7,16 +7,19 @@
 EXTVERSION   = 0.4
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o \
-               src/move/job_api.o src/move/tablespace_api.o src/move/job_record.o \
-               src/move/job_control.o src/move/worker.o src/move/launcher.o \
-               src/move/fileset.o src/move/copy.o src/move/mirror.o \
-               src/move/resume.o src/move/pacing.o \
-               src/move/relation_move.o src/move/relation_switch.o src/move/switch_blockers.o \
-               src/move/relocation.o src/move/relocation_backups.o src/move/relocation_barrier.o \
-               src/move/relocation_dbcatalog.o src/move/relocation_marks.o \
-               src/monitor/monitor.o src/monitor/tablespace_io.o src/monitor/relation_map.o \
-               src/monitor/coaccess.o src/monitor/history.o src/monitor/sampler.o \
-               src/monitor/common.o
+               src/move/settings.o src/move/queue.o src/move/job_record.o \
+               src/move/job_control.o src/move/pacing.o src/move/submit.o \
+               src/move/fileset.o src/move/copy.o src/move/mirror.o src/move/resume.o \
+               src/move/relation_storage.o src/move/relation_move.o \
+               src/move/relation_switch.o src/move/switch_blockers.o \
+               src/move/relocation.o src/move/relocation_backups.o \
+               src/move/relocation_barrier.o src/move/relocation_dbcatalog.o \
+               src/move/relocation_marks.o \
+               src/move/worker.o src/move/recovery.o src/move/launcher.o \
+               src/move/job_api.o src/move/tablespace_api.o \
+               src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \
+               src/monitor/relation_map.o src/monitor/tablespace_io.o \
+               src/monitor/sampler.o src/monitor/monitor.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src

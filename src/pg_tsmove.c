@@ -1,19 +1,25 @@
 /*-------------------------------------------------------------------------
  *
  * pg_tsmove.c
- *	  Module start-up: GUCs, shared memory, the launcher's registration.
+ *	  Module start-up: the move engine's GUCs, the shared-memory hooks, the
+ *	  launcher's registration.  The top of the source tree: it calls the
+ *	  move engine (move/) through move/move.h and the monitoring (monitor/)
+ *	  through monitor/monitor.h, and nothing calls it (pg_tsmove.h).
  *
  * pg_tsmove must be in shared_preload_libraries: its worker slots live in
- * shared memory sized at start-up, and its launcher (launcher.c) is a
+ * shared memory sized at start-up, and its launcher (move/launcher.c) is a
  * static background worker that cleans up after crashes.  Functions that
- * need either call tsm_require_preload() first.
+ * need either call tsm_require_preload() (move/queue.c) first.
+ *
+ * The GUCs of the move engine are defined here; their variables live in
+ * move/settings.c, beside the code that reads them.
  *
  * Shared memory is one TsmShared with one slot per possible background
  * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
- * with a reload.  The lock rules are in pg_tsmove.h.
+ * with a reload.  The lock rules are in move/queue.h.
  *
- * Monitoring (monitor.c and the files it names) hooks in through four
- * calls: tsm_monitor_init() and tsm_monitor_register_workers() from
+ * Monitoring (monitor/monitor.c and the files it names) hooks in through
+ * four calls: tsm_monitor_init() and tsm_monitor_register_workers() from
  * _PG_init, tsm_monitor_shmem_request() and tsm_monitor_shmem_startup()
  * from the shared-memory hooks below.
  *
@@ -30,46 +36,15 @@
 #include "utils/guc.h"
 
 #include "monitor/monitor.h"
-#include "move/relocation_backups.h"
+#include "move/move.h"
 #include "pg_tsmove.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-double		tsm_max_rate_mb = 0.0;
-int			tsm_switch_lock_timeout_ms = 20;
-int			tsm_switch_cancel_blockers_after_ms = -1;
-int			tsm_max_workers = 2;
-int			tsm_switch_backlog_blocks = 256;
-bool		tsm_yield_to_ddl = true;
-char	   *tsm_debug_pause_at = NULL;
-int			tsm_pacing = TSM_PACING_ADAPTIVE;
-double		tsm_total_max_rate_mb = 0.0;
-double		tsm_min_rate_mb = 1.0;
-int			tsm_pacing_target_pct = 95;
-bool		tsm_resume_after_restart = true;
-int			tsm_resume_interval_s = 30;
-int			tsm_max_retained_wal_mb = 16384;
-
-TsmShared  *tsm_shared = NULL;
-
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static const char *const state_names[] = {
-	[TSM_QUEUED] = "queued",
-	[TSM_PREPARING] = "preparing",
-	[TSM_COPYING] = "copying",
-	[TSM_CATCHING_UP] = "catching_up",
-	[TSM_SWITCHING] = "switching",
-	[TSM_WARMING] = "warming",
-	[TSM_DONE] = "done",
-	[TSM_FAILED] = "failed",
-	[TSM_CANCELLED] = "cancelled",
-	[TSM_SKIPPED] = "skipped",
-	[TSM_PAUSED] = "paused",
-};
 
 static const struct config_enum_entry pacing_options[] = {
 	{"adaptive", TSM_PACING_ADAPTIVE, false},
@@ -77,70 +52,12 @@ static const struct config_enum_entry pacing_options[] = {
 	{NULL, 0, false}
 };
 
-static const char *const mode_names[] = {
-	[TSM_MODE_ONLINE] = "online",
-	[TSM_MODE_QUIESCE] = "quiesce",
-	[TSM_MODE_EXCLUSIVE] = "exclusive",
-};
-
-const char *
-tsm_state_name(TsmJobState state)
-{
-	return state_names[state];
-}
-
-TsmJobState
-tsm_state_from_name(const char *name)
-{
-	for (int i = 0; i < lengthof(state_names); i++)
-		if (strcmp(state_names[i], name) == 0)
-			return (TsmJobState) i;
-	elog(ERROR, "unknown pg_tsmove job state \"%s\"", name);
-	return TSM_FAILED;			/* keep compiler quiet */
-}
-
-bool
-tsm_state_is_final(TsmJobState state)
-{
-	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED ||
-		state == TSM_SKIPPED;
-}
-
-const char *
-tsm_mode_name(TsmMoveMode mode)
-{
-	return mode_names[mode];
-}
-
-/* The mode called name; *found says whether there is one. */
-TsmMoveMode
-tsm_mode_from_name(const char *name, bool missing_ok, bool *found)
-{
-	for (int i = 0; i < lengthof(mode_names); i++)
-		if (strcmp(mode_names[i], name) == 0)
-		{
-			*found = true;
-			return (TsmMoveMode) i;
-		}
-	if (!missing_ok)
-		elog(ERROR, "unknown pg_tsmove mode \"%s\"", name);
-	*found = false;
-	return TSM_MODE_ONLINE;
-}
-
-static Size
-tsm_shmem_size(void)
-{
-	return add_size(offsetof(TsmShared, slots),
-					mul_size(max_worker_processes, sizeof(TsmWorkerSlot)));
-}
-
 static void
 tsm_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(tsm_shmem_size());
+	RequestAddinShmemSpace(tsm_queue_shmem_size());
 	RequestAddinShmemSpace(tsm_backups_shmem_size());
 	RequestNamedLWLockTranche("pg_tsmove", 1);
 	tsm_monitor_shmem_request();
@@ -149,36 +66,14 @@ tsm_shmem_request(void)
 static void
 tsm_shmem_startup(void)
 {
-	bool		found;
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	tsm_shared = ShmemInitStruct("pg_tsmove", tsm_shmem_size(), &found);
-	if (!found)
-	{
-		memset(tsm_shared, 0, tsm_shmem_size());
-		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))->lock;
-		tsm_shared->nslots = max_worker_processes;
-	}
+	tsm_queue_shmem_init();
 	tsm_backups_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	tsm_monitor_shmem_startup();
-}
-
-/*
- * Error out unless the library was loaded by shared_preload_libraries: the
- * worker slots and the crash-recovery launcher exist only then.
- */
-void
-tsm_require_preload(void)
-{
-	if (tsm_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_tsmove must be loaded via shared_preload_libraries"),
-				 errhint("Add pg_tsmove to shared_preload_libraries in postgresql.conf and restart the server.")));
 }
 
 void

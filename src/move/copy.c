@@ -34,17 +34,6 @@
 
 #include "move/engine.h"
 
-/* Current length of a file at the source; 0 if the fork does not exist. */
-BlockNumber
-tsm_source_nblocks(TsmFile *f)
-{
-	SMgrRelation src = tsm_smgropen(f->key.node);
-
-	if (!smgrexists(src, f->key.fork))
-		return 0;
-	return smgrnblocks(src, f->key.fork);
-}
-
 /*
  * Copy one page out of its shared buffer.  Pages of the main fork are read
  * with the job's bulk-read ring, so the copy does not flush the cache;

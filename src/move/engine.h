@@ -7,12 +7,15 @@
  *
  * A file is one fork of one relfilenode at the source.  Where its pages go
  * is the front end's business, behind the sink callbacks of TsmFileSetOps:
- *	- a relation move (relation_move.c) writes them to a new relfilenode in the
- *	  target tablespace, through smgr, WAL-logged;
+ *	- a relation move (relation_move.c) writes them to a new relfilenode in
+ *	  the target tablespace, through smgr, WAL-logged;
  *	- a tablespace relocation (relocation.c) writes them to the same file
  *	  name under the new location, with plain file I/O, not WAL-logged.
- * The worker (worker.c) drives: it calls the front end and the engine;
- * neither calls back up into it.  Both call down into job_control.c.
+ * The worker (worker.c) drives: it alone calls the copy (copy.c) and the
+ * mirror (mirror.c), which reach the front end only through the sink.  The
+ * front ends and resume.c fill the file set (fileset.c).  Calls go one way:
+ * copy.c calls fileset.c and job_control.c, mirror.c calls fileset.c and
+ * settings.c, and fileset.c calls nothing (move.h).
  *
  * How a file is copied (TsmCopyWhen):
  *	TSM_COPY_TRACKED  copied once in the bulk pass, then every block the
@@ -180,9 +183,9 @@ extern void tsm_file_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks);
 extern void tsm_file_drop(TsmFileSet *fs, TsmFile *f);
 extern int64 tsm_fileset_backlog(TsmFileSet *fs);
 extern void tsm_fileset_free(TsmFileSet *fs);
+extern BlockNumber tsm_source_nblocks(TsmFile *f);
 
 /* copy.c */
-extern BlockNumber tsm_source_nblocks(TsmFile *f);
 extern void tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno,
 						  char *page);
 extern int64 tsm_copy_file(TsmFileSet *fs, TsmFile *f, int64 max_blocks,

@@ -21,6 +21,7 @@
 #include "postgres.h"
 
 #include "port/pg_bitutils.h"
+#include "storage/smgr.h"
 #include "utils/memutils.h"
 
 #include "move/engine.h"
@@ -42,6 +43,17 @@ tsm_fileset_init(TsmFileSet *fs, TsmJobCtl *ctl, const TsmFileSetOps *ops,
 	hctl.hcxt = fs->cxt;
 	fs->files = hash_create("pg_tsmove files", 64, &hctl,
 							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/* Current length of a file at the source; 0 if the fork does not exist. */
+BlockNumber
+tsm_source_nblocks(TsmFile *f)
+{
+	SMgrRelation src = tsm_smgropen(f->key.node);
+
+	if (!smgrexists(src, f->key.fork))
+		return 0;
+	return smgrnblocks(src, f->key.fork);
 }
 
 static TsmFileKey

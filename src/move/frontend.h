@@ -38,6 +38,13 @@
  * it to the end, copies every dirty and pending block and the files copied
  * under the locks, and fsyncs the destination.
  *
+ * The worker gathers each front end's functions into its TsmFrontEnd
+ * (worker.c) and is the only one that calls them, as it is the only one
+ * that calls the copy (copy.c) and the mirror (mirror.c).  A front end
+ * calls down only: the file set (fileset.c), job_control.c and what move.h
+ * lists below them; never the worker, the engine's copy or mirror, or the
+ * other front end.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef TSM_FRONTEND_H
@@ -88,63 +95,34 @@ struct TsmJob
 	MemoryContext cxt;			/* lives as long as the job */
 };
 
-/* The two front ends. */
-extern const TsmFrontEnd tsm_relation_move;
-extern const TsmFrontEnd tsm_tablespace_relocation;
+/*
+ * The two front ends, their functions gathered into a TsmFrontEnd by the
+ * worker (worker.c), which alone calls them.
+ */
 
-/* job_api.c: checks shared with the worker and tablespace_api.c */
-extern void tsm_check_server_can_move(bool online);
-extern double tsm_rate_argument(FunctionCallInfo fcinfo, int argno);
-extern TsmMoveMode tsm_mode_argument(const char *name, bool *known);
-extern void tsm_note_submission(void);
-extern int64 tsm_insert_move(Relation rel, Oid target_spc, TsmMoveMode mode,
-							 double rate, int64 parent_job, const char *skip_reason);
-extern int64 tsm_active_relocation_of(Oid spc);
-extern void tsm_check_movable(Relation rel, Oid target_spc, TsmMoveMode mode);
-extern void tsm_check_move_privileges(Oid relid, const char *relname,
-									  Oid target_spc, Oid role);
-extern TsmWorkerSlot *tsm_find_slot_for_job(int64 job_id);
-extern void tsm_check_no_relocation_of(Oid spc, const char *what);
-extern int64 tsm_active_move_on_tablespace(Oid spc);
+/* relation_move.c: a relation's new files, its locks, after the switch */
+extern void tsm_relation_prepare(TsmJob *job);
+extern void tsm_relation_finish(TsmJob *job);
+extern void tsm_relation_drop_old(TsmJob *job);
+extern void tsm_relation_cleanup(TsmJob *job);
 
-/* worker.c */
-extern void tsm_worker_session_settings(void);
-
-/* relation_switch.c: the relation move's switch and warming */
+/* relation_switch.c: the relation move's switch */
 extern bool tsm_relation_switch_lock(TsmJob *job);
 extern bool tsm_relation_switch_check(TsmJob *job);
 extern void tsm_relation_switch_release(TsmJob *job);
 extern bool tsm_relation_switch_commit(TsmJob *job);
-extern void tsm_relation_warm(TsmJob *job);
 
-/* relation_move.c, for relation_switch.c */
-typedef struct TsmRelMember
-{
-	Oid			relid;
-	char		relpersistence;
-	bool		standard_pages; /* heap or btree: pages have pd_lower/upper */
-	TsmRelFileNode old_node;
-	TsmRelFileNode new_node;
-	BlockNumber resumed_length; /* resuming: blocks of the new main fork
-								 * found on disk, overwritten, not extended */
-	BlockNumber *warm_blocks;	/* blocks of the old file in shared buffers */
-	int			nwarm;
-} TsmRelMember;
+/* relocation.c: a tablespace relocation */
+extern void tsm_relocation_prepare(TsmJob *job);
+extern TsmGuard tsm_relocation_guard(TsmJob *job, TsmFile *f);
+extern bool tsm_relocation_switch_lock(TsmJob *job);
+extern bool tsm_relocation_switch_check(TsmJob *job);
+extern void tsm_relocation_switch_release(TsmJob *job);
+extern bool tsm_relocation_switch_commit(TsmJob *job);
+extern void tsm_relocation_finish(TsmJob *job);
+extern void tsm_relocation_cleanup(TsmJob *job);
 
-typedef struct TsmRelMove
-{
-	int			nmembers;		/* the relation, its TOAST table and index */
-	TsmRelMember members[TSM_MAX_MEMBERS];
-	char	   *target_name;
-	bool		session_locked;
-} TsmRelMove;
-
-extern void tsm_drop_storage(TsmRelFileNode node);
-extern void tsm_drop_storage_set(Oid spc, const TsmRelFileNumber *relfilenumbers, int n);
-
-/* relocation.c */
-extern char *tsm_check_relocatable(Oid spc, const char *spcname,
-								   const char *new_location);
+/* relocation.c, for the recovery pass (recovery.c) */
 extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
 
 #endif							/* TSM_FRONTEND_H */

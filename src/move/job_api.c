@@ -3,11 +3,12 @@
  * job_api.c
  *	  The SQL surface of moves: tsmove.move(), wait(), wait_for(), cancel(),
  *	  set_rate(), pause(), resume(), purge_jobs(), job_progress(),
- *	  queue_note(), and the checks that decide what may move.
+ *	  queue_note().
  *
  * move() validates everything it can and inserts the job row(s) in the
- * caller's transaction; nothing else.  When that transaction commits, an
- * xact callback marks the database pending and wakes the launcher, which
+ * caller's transaction; nothing else (the checks and the submission are in
+ * submit.c, shared with tablespace_api.c).  When that transaction commits,
+ * an xact callback marks the database pending and wakes the launcher, which
  * starts a worker when one is free (pg_tsmove.max_workers).  Until then the
  * row is invisible to workers, so nothing runs for a transaction that
  * aborts, and the row is committed before any file is created, as
@@ -27,7 +28,11 @@
  * Locks: move() holds AccessShareLock on the relation (and, with
  * with_indexes, its indexes) until the caller's transaction ends; the
  * worker takes its session lock only later, so DDL committed in between
- * is caught by the worker's re-check.  Shared slot rules: pg_tsmove.h.
+ * is caught by the worker's re-check.  Shared slot rules: queue.h.
+ *
+ * A top of move/, beside tablespace_api.c: it calls submit.c, job_record.c,
+ * queue.c, resume.c and relation_storage.c (to cancel a queued job that
+ * had files), and nothing calls it.
  *
  *-------------------------------------------------------------------------
  */
@@ -58,9 +63,10 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "move/frontend.h"
 #include "move/job_record.h"
+#include "move/relation_storage.h"
 #include "move/resume.h"
+#include "move/submit.h"
 
 PG_FUNCTION_INFO_V1(tsm_move);
 PG_FUNCTION_INFO_V1(tsm_wait);
@@ -83,279 +89,6 @@ PG_FUNCTION_INFO_V1(tsm_purge_jobs);
 /* Longest timeout tsmove.wait() accepts: 100 years, in seconds. */
 #define TSM_WAIT_MAX_SECONDS (100.0 * 365.25 * 86400.0)
 
-/*
- * Whether this transaction submitted a job, or updated the row of a queued
- * one (see tsm_submit_xact_callback).
- */
-static bool submitted_in_xact = false;
-static bool queued_job_touched_in_xact = false;
-static bool submit_callback_registered = false;
-
-/*
- * tsm_check_movable
- *		Error out unless rel can move online to target_spc.
- *
- * The caller holds at least AccessShareLock on rel.  Used by move() and
- * again by the worker once it holds its session lock.  An unlogged
- * relation moves only in exclusive mode: its changes are not WAL-logged,
- * so they cannot be mirrored.
- */
-void
-tsm_check_movable(Relation rel, Oid target_spc, TsmMoveMode mode)
-{
-	const char *relname = RelationGetRelationName(rel);
-	Oid			current_spc;
-
-	switch (rel->rd_rel->relkind)
-	{
-		case RELKIND_RELATION:
-		case RELKIND_MATVIEW:
-		case RELKIND_INDEX:
-			break;
-		case RELKIND_PARTITIONED_TABLE:
-		case RELKIND_PARTITIONED_INDEX:
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("cannot move partitioned relation \"%s\"", relname),
-					 errdetail("A partitioned relation has no storage of its own."),
-					 errhint("Move each partition with tsmove.move().")));
-			break;
-		case RELKIND_SEQUENCE:
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("cannot move sequence \"%s\"", relname),
-					 errdetail("A sequence always lives in its database's default tablespace."),
-					 errhint("It moves with the database: ALTER DATABASE ... SET TABLESPACE.")));
-			break;
-		case RELKIND_TOASTVALUE:
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("cannot move TOAST table \"%s\" on its own", relname),
-					 errhint("Move the table it belongs to; its TOAST table moves with it.")));
-			break;
-		default:
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("cannot move \"%s\": it is a %s", relname,
-							rel->rd_rel->relkind == RELKIND_VIEW ? "view" :
-							rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE ? "foreign table" :
-							"relation without storage"),
-					 errhint("Only tables, materialized views and indexes can be moved.")));
-	}
-
-	if (rel->rd_rel->relkind == RELKIND_INDEX &&
-		get_rel_relkind(rel->rd_index->indrelid) == RELKIND_TOASTVALUE)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("cannot move TOAST index \"%s\" on its own", relname),
-				 errhint("Move the table it belongs to; its TOAST index moves with it.")));
-
-	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot move temporary relation \"%s\"", relname),
-				 errdetail("Its pages live in the local buffers of the session that owns it."),
-				 errhint("Use ALTER TABLE ... SET TABLESPACE in that session.")));
-	if (rel->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED &&
-		mode != TSM_MODE_EXCLUSIVE)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot move unlogged relation \"%s\" in %s mode",
-						relname, tsm_mode_name(mode)),
-				 errdetail("Changes to it are not WAL-logged, so they cannot be mirrored."),
-				 errhint("Use mode => 'exclusive', which holds AccessExclusiveLock for the copy, as ALTER TABLE ... SET TABLESPACE does.")));
-
-	if (IsSystemRelation(rel) || RelationIsMapped(rel) || rel->rd_rel->relisshared)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot move system catalog \"%s\"", relname),
-				 errhint("System catalogs move only with ALTER DATABASE ... SET TABLESPACE.")));
-
-	if (target_spc == GLOBALTABLESPACE_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cannot move relation \"%s\" to tablespace \"pg_global\"", relname),
-				 errdetail("Only shared system catalogs can be placed in pg_global."),
-				 errhint("Choose another tablespace.")));
-
-	current_spc = OidIsValid(rel->rd_rel->reltablespace) ?
-		rel->rd_rel->reltablespace : MyDatabaseTableSpace;
-	if (current_spc == target_spc)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("relation \"%s\" is already in tablespace \"%s\"",
-						relname, get_tablespace_name(target_spc)),
-				 errhint("Choose another tablespace.")));
-}
-
-/*
- * tsm_check_move_privileges
- *		Error out unless role may move relid to target_spc: it owns the
- *		relation and may create in the tablespace, as for SET TABLESPACE.
- *
- * Needs no lock on the relation: move() calls it before taking any, so a
- * role cannot even lock a relation it does not own; the worker calls it
- * again, for the submitting role, when the job starts.
- */
-void
-tsm_check_move_privileges(Oid relid, const char *relname, Oid target_spc,
-						  Oid role)
-{
-	if (!pg_class_ownercheck(relid, role))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of relation \"%s\" to move it", relname),
-				 errhint("Ask its owner or a superuser to run tsmove.move().")));
-	if (target_spc != MyDatabaseTableSpace &&
-		pg_tablespace_aclcheck(target_spc, role, ACL_CREATE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for tablespace \"%s\"",
-						get_tablespace_name(target_spc)),
-				 errhint("Ask a superuser to GRANT CREATE ON TABLESPACE %s.",
-						 quote_identifier(get_tablespace_name(target_spc)))));
-}
-
-/* Server-wide conditions of an online move; errors out if one is unmet. */
-void
-tsm_check_server_can_move(bool online)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot move a relation during recovery"),
-				 errhint("Run tsmove.move() on the primary server.")));
-	if (!XLogIsNeeded())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_tsmove requires wal_level \"replica\" or \"logical\""),
-				 errdetail("Moves mirror changes by reading the WAL, and standbys learn the new files from it."),
-				 errhint("Set wal_level = replica in postgresql.conf and restart the server.")));
-	if (online && max_replication_slots <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_tsmove requires max_replication_slots > 0 for online moves"),
-				 errdetail("An online move keeps the WAL it has yet to read with a temporary replication slot."),
-				 errhint("Raise max_replication_slots and restart the server, or use mode => 'quiesce'.")));
-}
-
-/* The mode argument of move() and move_tablespace(). */
-TsmMoveMode
-tsm_mode_argument(const char *name, bool *known)
-{
-	TsmMoveMode mode = tsm_mode_from_name(name, true, known);
-
-	if (!*known)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("unknown move mode \"%s\"", name),
-				 errhint("Use 'online' (copy while the relation is in use), 'quiesce' (writes wait during the copy) "
-						 "or 'exclusive' (everything waits, for unlogged relations).")));
-	return mode;
-}
-
-/* The byte budget argument: NULL means the GUC's default. */
-double
-tsm_rate_argument(FunctionCallInfo fcinfo, int argno)
-{
-	double		rate;
-
-	if (PG_ARGISNULL(argno))
-		return tsm_max_rate_mb;
-	rate = DatumGetFloat8(DirectFunctionCall1(numeric_float8,
-											  PG_GETARG_DATUM(argno)));
-	if (isnan(rate) || isinf(rate))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_rate_mb must be a finite number"),
-				 errhint("Give a rate in MB per second, or 0 for no throttle.")));
-	if (rate < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_rate_mb must not be negative"),
-				 errhint("Give a rate in MB per second, or 0 for no throttle.")));
-	return rate;
-}
-
-/* The slot running a job of this database, or NULL; caller holds the lock. */
-TsmWorkerSlot *
-tsm_find_slot_for_job(int64 job_id)
-{
-	for (int i = 0; i < tsm_shared->nslots; i++)
-	{
-		TsmWorkerSlot *slot = &tsm_shared->slots[i];
-
-		if (slot->in_use && slot->dbid == MyDatabaseId && slot->job_id == job_id)
-			return slot;
-	}
-	return NULL;
-}
-
-/*
- * The job, running in any database or queued in this one, that relocates
- * tablespace spc; 0 if none.  Caller is in a transaction.
- */
-int64
-tsm_active_relocation_of(Oid spc)
-{
-	int64		job_id = 0;
-
-	LWLockAcquire(tsm_shared->lock, LW_SHARED);
-	for (int i = 0; i < tsm_shared->nslots && job_id == 0; i++)
-	{
-		TsmWorkerSlot *s = &tsm_shared->slots[i];
-
-		if (s->in_use && s->job_id != 0 && s->kind == TSM_KIND_RELOCATE &&
-			s->target_spc == spc)
-			job_id = s->job_id;
-	}
-	LWLockRelease(tsm_shared->lock);
-	if (job_id == 0)
-		job_id = tsm_jobrec_active_job_on_tablespace(spc, TSM_KIND_RELOCATE);
-	return job_id;
-}
-
-/*
- * The relation move, running in any database or queued in this one, into
- * or out of tablespace spc; 0 if none.  Caller is in a transaction.
- */
-int64
-tsm_active_move_on_tablespace(Oid spc)
-{
-	int64		job_id = 0;
-
-	LWLockAcquire(tsm_shared->lock, LW_SHARED);
-	for (int i = 0; i < tsm_shared->nslots && job_id == 0; i++)
-	{
-		TsmWorkerSlot *s = &tsm_shared->slots[i];
-
-		if (s->in_use && s->job_id != 0 && s->kind == TSM_KIND_MOVE &&
-			(s->source_spc == spc || s->target_spc == spc))
-			job_id = s->job_id;
-	}
-	LWLockRelease(tsm_shared->lock);
-	if (job_id == 0)
-		job_id = tsm_jobrec_active_job_on_tablespace(spc, TSM_KIND_MOVE);
-	return job_id;
-}
-
-/*
- * Error out if tablespace spc is being relocated: a relation cannot move
- * into or out of it meanwhile.  what: "into" or "out of".
- */
-void
-tsm_check_no_relocation_of(Oid spc, const char *what)
-{
-	int64		job_id = tsm_active_relocation_of(spc);
-
-	if (job_id != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("cannot move a relation %s tablespace \"%s\" while job %lld relocates it",
-						what, get_tablespace_name(spc), (long long) job_id),
-				 errhint("Wait for the relocation to end, then move the relation.")));
-}
-
 /* Error out if a job for relid has not ended yet. */
 static void
 tsm_check_no_active_job(Oid relid, const char *relname)
@@ -369,101 +102,6 @@ tsm_check_no_active_job(Oid relid, const char *relname)
 						relname, (long long) job_id),
 				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
 						 (long long) job_id, (long long) job_id)));
-}
-
-/*
- * At commit of a transaction that submitted jobs, tell the launcher; a
- * prepared one could commit after a restart with nobody told, so PREPARE
- * is refused, as core refuses it after LISTEN or for temporary objects.
- *
- * The same at commit of a transaction that updated a queued job's row
- * (set_rate(), pause()), without the refusal: a worker claims jobs with
- * FOR UPDATE SKIP LOCKED, so one that looked for work while the row was
- * locked passed over it, and, finding nothing else, exited.
- */
-static void
-tsm_submit_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (submitted_in_xact)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that submitted a pg_tsmove job"),
-						 errdetail("Nothing would start the job when the prepared transaction commits."),
-						 errhint("Call tsmove.move() in a transaction that is committed directly.")));
-			break;
-		case XACT_EVENT_COMMIT:
-			if (submitted_in_xact || queued_job_touched_in_xact)
-				tsm_mark_database_pending(MyDatabaseId, false);
-			submitted_in_xact = queued_job_touched_in_xact = false;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			submitted_in_xact = queued_job_touched_in_xact = false;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-register_submit_callback(void)
-{
-	if (!submit_callback_registered)
-	{
-		RegisterXactCallback(tsm_submit_xact_callback, NULL);
-		submit_callback_registered = true;
-	}
-}
-
-void
-tsm_note_submission(void)
-{
-	register_submit_callback();
-	submitted_in_xact = true;
-}
-
-/* This transaction updated the row of a job that is (still) queued. */
-static void
-tsm_note_queued_job_touched(void)
-{
-	register_submit_callback();
-	queued_job_touched_in_xact = true;
-}
-
-/*
- * Queue a relation move (or, with skip_reason, record one that will not
- * run and why); returns its job id.  Caller is in the submitting
- * transaction and has checked everything.
- */
-int64
-tsm_insert_move(Relation rel, Oid target_spc, TsmMoveMode mode, double rate,
-				int64 parent_job, const char *skip_reason)
-{
-	TsmNewJob	job;
-
-	memset(&job, 0, sizeof(job));
-	job.kind = TSM_KIND_MOVE;
-	job.skip_reason = skip_reason;
-	job.relid = RelationGetRelid(rel);
-	job.relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-											 RelationGetRelationName(rel));
-	job.relkind = rel->rd_rel->relkind;
-	job.owner = rel->rd_rel->relowner;
-	job.submitted_by = GetUserId();
-	job.mode = mode;
-	job.source_spc = OidIsValid(rel->rd_rel->reltablespace) ?
-		rel->rd_rel->reltablespace : MyDatabaseTableSpace;
-	job.target_spc = target_spc;
-	job.max_rate_mb = rate;
-	job.relfilenode = TSM_REL(TsmRelationNode(rel));
-	job.parent_job = parent_job;
-	if (skip_reason == NULL)
-		tsm_note_submission();
-	return tsm_jobrec_insert(&job);
 }
 
 /*

@@ -2,13 +2,14 @@
  *
  * job_control.c
  *	  Services every running job uses: state and counters, publishing them,
- *	  saving them, cancel and shutdown checks, sleeping, the byte budget.
+ *	  saving them, cancel and shutdown checks, sleeping, the byte budget;
+ *	  and the session settings of the engine's workers.
  *
  * These sit below the engine (copy.c, mirror.c, fileset.c) and its two
  * front ends (relation_move.c and relation_switch.c for relations,
  * relocation.c for tablespaces): all of them call down into this file, and
- * it calls none of them.  What a front end must be asked at each check (whether someone
- * waits for its locks) it registers as a callback.
+ * it calls none of them.  What a front end must be asked at each check
+ * (whether someone waits for its locks) it registers as a callback.
  *
  * The throttle is a byte budget per second, counting the pages written and
  * the WAL this process wrote for them; credit banked while idle is capped
@@ -33,8 +34,15 @@
  * ctl->pause_requested, the throttle then returns at once, and the worker
  * holds still at its next pause point (worker.c).
  *
+ * The job workers and the recovery worker run with the same session
+ * settings, whatever the database's or the role's defaults say
+ * (tsm_worker_session_settings).
+ *
+ * Calls job_record.c, pacing.c, queue.c and settings.c, nothing above
+ * them.
+ *
  * Locks: the slot fields and the shared budget under TsmShared->lock
- * (pg_tsmove.h); nothing else.
+ * (queue.h); nothing else.
  *
  *-------------------------------------------------------------------------
  */
@@ -460,4 +468,62 @@ tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
 		(void) set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
 	return locked;
+}
+
+/* ---- the session every worker of the engine runs in ---- */
+
+/* The fastest page-image compression this server was built with. */
+#ifdef USE_LZ4
+#define TSM_WAL_COMPRESSION "lz4"
+#else
+#define TSM_WAL_COMPRESSION "pglz"
+#endif
+
+/*
+ * Session settings the worker always runs with, whatever ALTER DATABASE
+ * ... SET or ALTER ROLE ... SET say: names resolve in pg_catalog only;
+ * job rows are written read-committed and durably (a row that names new
+ * files must reach the WAL before the files exist); lock waits are the
+ * worker's own choice.
+ */
+static const char *const worker_settings[][2] = {
+	{"search_path", "pg_catalog, pg_temp"},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_deferrable", "off"},
+	{"synchronous_commit", "on"},
+	{"lock_timeout", "0"},
+	{"session_replication_role", "origin"},
+};
+
+/*
+ * Every page a relation move copies is logged as a full-page image, and
+ * that WAL is most of what the move costs the commits running beside it:
+ * they wait for the WAL writes and syncs it adds.  Unless the DBA chose a
+ * wal_compression already, the worker compresses its own page images (a
+ * session setting: the rest of the server is unaffected), which also lets
+ * the byte budget copy more pages per second.
+ */
+static void
+compress_page_images(void)
+{
+	const char *current = GetConfigOption("wal_compression", false, false);
+
+	if (current != NULL && strcmp(current, "off") == 0)
+		SetConfigOption("wal_compression", TSM_WAL_COMPRESSION,
+						PGC_SUSET, PGC_S_SESSION);
+}
+
+/*
+ * The settings of worker_settings, and page-image compression, for a job
+ * worker (worker.c) or a recovery worker (recovery.c) that has just
+ * connected.
+ */
+void
+tsm_worker_session_settings(void)
+{
+	for (int i = 0; i < lengthof(worker_settings); i++)
+		SetConfigOption(worker_settings[i][0], worker_settings[i][1],
+						PGC_SUSET, PGC_S_SESSION);
+	compress_page_images();
 }

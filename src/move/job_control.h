@@ -3,8 +3,9 @@
  * job_control.h
  *	  Services every running job uses, below the engine and its front ends:
  *	  state and counters, publishing them to the worker's slot, saving them
- *	  in the job row, cancel and shutdown checks, sleeping, and the byte
- *	  budget (job_control.c).
+ *	  in the job row, cancel and shutdown checks, sleeping, the byte
+ *	  budget, and the session settings of the engine's workers
+ *	  (job_control.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,7 +13,7 @@
 #define TSM_JOB_CONTROL_H
 
 #include "move/pacing.h"
-#include "pg_tsmove.h"
+#include "move/queue.h"
 
 typedef struct TsmJobCtl TsmJobCtl;
 
@@ -79,5 +80,8 @@ extern bool tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void 
 /* the worker's SIGTERM */
 extern void tsm_ctl_sigterm(SIGNAL_ARGS);
 extern bool tsm_ctl_shutdown_requested(void);
+
+/* the session of a job worker or a recovery worker */
+extern void tsm_worker_session_settings(void);
 
 #endif							/* TSM_JOB_CONTROL_H */

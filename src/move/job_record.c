@@ -2,7 +2,8 @@
  *
  * job_record.c
  *	  The durable record of jobs: every statement pg_tsmove runs on its
- *	  table tsmove.job, and nothing else runs SQL.
+ *	  table tsmove.job, and nothing else runs SQL; and the names of job
+ *	  states and modes, as the table and the views spell them.
  *
  * The table is revoked from PUBLIC; these functions read and write it as
  * the bootstrap superuser, after the caller has made its own privilege
@@ -76,6 +77,75 @@ typedef struct JobSql
 	bool		pushed_snapshot;	/* the caller had no active snapshot */
 	MemoryContext caller_cxt;	/* results are copied here */
 } JobSql;
+
+/* ---- the names of states and modes, as the table spells them ---- */
+
+static const char *const state_names[] = {
+	[TSM_QUEUED] = "queued",
+	[TSM_PREPARING] = "preparing",
+	[TSM_COPYING] = "copying",
+	[TSM_CATCHING_UP] = "catching_up",
+	[TSM_SWITCHING] = "switching",
+	[TSM_WARMING] = "warming",
+	[TSM_DONE] = "done",
+	[TSM_FAILED] = "failed",
+	[TSM_CANCELLED] = "cancelled",
+	[TSM_SKIPPED] = "skipped",
+	[TSM_PAUSED] = "paused",
+};
+
+static const char *const mode_names[] = {
+	[TSM_MODE_ONLINE] = "online",
+	[TSM_MODE_QUIESCE] = "quiesce",
+	[TSM_MODE_EXCLUSIVE] = "exclusive",
+};
+
+const char *
+tsm_state_name(TsmJobState state)
+{
+	return state_names[state];
+}
+
+TsmJobState
+tsm_state_from_name(const char *name)
+{
+	for (int i = 0; i < lengthof(state_names); i++)
+		if (strcmp(state_names[i], name) == 0)
+			return (TsmJobState) i;
+	elog(ERROR, "unknown pg_tsmove job state \"%s\"", name);
+	return TSM_FAILED;			/* keep compiler quiet */
+}
+
+bool
+tsm_state_is_final(TsmJobState state)
+{
+	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED ||
+		state == TSM_SKIPPED;
+}
+
+const char *
+tsm_mode_name(TsmMoveMode mode)
+{
+	return mode_names[mode];
+}
+
+/* The mode called name; *found says whether there is one. */
+TsmMoveMode
+tsm_mode_from_name(const char *name, bool missing_ok, bool *found)
+{
+	for (int i = 0; i < lengthof(mode_names); i++)
+		if (strcmp(mode_names[i], name) == 0)
+		{
+			*found = true;
+			return (TsmMoveMode) i;
+		}
+	if (!missing_ok)
+		elog(ERROR, "unknown pg_tsmove mode \"%s\"", name);
+	*found = false;
+	return TSM_MODE_ONLINE;
+}
+
+/* ---- running statements on the job table ---- */
 
 /* An aborted (sub)transaction never reaches jobsql_end(). */
 static void

@@ -2,14 +2,15 @@
  *
  * job_record.h
  *	  The durable record of jobs, table tsmove.job: every statement
- *	  pg_tsmove runs on it (job_record.c).
+ *	  pg_tsmove runs on it, and the names of states and modes
+ *	  (job_record.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef TSM_JOB_RECORD_H
 #define TSM_JOB_RECORD_H
 
-#include "pg_tsmove.h"
+#include "move/queue.h"
 
 /* The relkind recorded for a tablespace relocation. */
 #define TSM_RELKIND_TABLESPACE 't'
@@ -89,6 +90,12 @@ typedef struct TsmUnfinishedJob
 } TsmUnfinishedJob;
 
 typedef void (*TsmUnfinishedJobCallback) (const TsmUnfinishedJob *job, void *arg);
+
+extern const char *tsm_state_name(TsmJobState state);
+extern bool tsm_state_is_final(TsmJobState state);
+extern TsmJobState tsm_state_from_name(const char *name);
+extern const char *tsm_mode_name(TsmMoveMode mode);
+extern TsmMoveMode tsm_mode_from_name(const char *name, bool missing_ok, bool *found);
 
 extern int64 tsm_jobrec_insert(const TsmNewJob *job);
 extern bool tsm_jobrec_read(int64 job_id, bool latest, TsmJobInfo *info);

@@ -8,7 +8,9 @@
 #ifndef TSM_PACING_H
 #define TSM_PACING_H
 
-#include "pg_tsmove.h"
+#include "datatype/timestamp.h"
+
+#include "move/move.h"
 
 /* Regular backends watched; more are sampled in turn. */
 #define TSM_PACER_MAX_BACKENDS 1024

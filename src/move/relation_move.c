@@ -2,8 +2,10 @@
  *
  * relation_move.c
  *	  The front end that moves one relation: its new relfilenodes, the sink
- *	  that writes them, its locks, and removing them when the move fails.
- *	  The switch itself and warming are in relation_switch.c.
+ *	  that writes them, its locks, what follows the switch (warming the
+ *	  cache, shrinking and dropping the old files), and removing the new
+ *	  files when the move fails.  The switch itself is in
+ *	  relation_switch.c; the worker calls both (frontend.h).
  *
  * Design (DESIGN.md section 2):
  *	- A table moves with its TOAST table and TOAST index ("members"), an
@@ -66,52 +68,10 @@
 #include "utils/relfilenodemap.h"
 #include "utils/snapmgr.h"
 
-#include "move/frontend.h"
+#include "move/relation_internal.h"
+#include "move/relation_storage.h"
 #include "move/resume.h"
-
-/* ---- storage ---- */
-
-/*
- * Schedule the removal of a relfilenode's files (every fork) at commit of
- * the current transaction, which must get an XID before it commits.  Does
- * nothing, with a log message, if a relation of pg_class uses the
- * relfilenode: a switch that committed made it live storage.
- */
-void
-tsm_drop_storage(TsmRelFileNode node)
-{
-	Relation	fake;
-	Oid			owner_relid;
-
-	owner_relid = RelidByRelfilenode(TSM_SPC(node) == MyDatabaseTableSpace ?
-									 InvalidOid : TSM_SPC(node),
-									 TSM_REL(node));
-	if (OidIsValid(owner_relid))
-	{
-		ereport(LOG,
-				(errmsg("pg_tsmove: relfilenode %u is the storage of relation %u; not dropping it",
-						TSM_REL(node), owner_relid)));
-		return;
-	}
-	fake = CreateFakeRelcacheEntry(node);
-	RelationDropStorage(fake);
-	FreeFakeRelcacheEntry(fake);
-}
-
-/* tsm_drop_storage() of each of n relfilenodes of this database in a tablespace. */
-void
-tsm_drop_storage_set(Oid spc, const TsmRelFileNumber *relfilenumbers, int n)
-{
-	for (int i = 0; i < n; i++)
-	{
-		TsmRelFileNode node;
-
-		TSM_SPC(node) = spc;
-		TSM_DB(node) = MyDatabaseId;
-		TSM_REL(node) = relfilenumbers[i];
-		tsm_drop_storage(node);
-	}
-}
+#include "move/submit.h"
 
 static TsmRelMember *
 member_of(TsmFileSet *fs, TsmFile *f)
@@ -450,8 +410,8 @@ relmove_load_resume_point(TsmJob *job)
  * and the resume point sets the cursors and dirty blocks (job->resume_lsn
  * says where the mirror reads the WAL from).
  */
-static void
-relmove_prepare(TsmJob *job)
+void
+tsm_relation_prepare(TsmJob *job)
 {
 	TsmRelMove *move = palloc0(sizeof(TsmRelMove));
 	LOCKMODE	mode = session_lockmode(job);
@@ -603,6 +563,39 @@ release_session_locks(TsmRelMove *move)
  * relation can take their relfilenodes: the files still exist.
  */
 
+/*
+ * warming: read into shared buffers the blocks of the new files that were
+ * cached from the old ones, so the relation stays as hot as it was.  Best
+ * effort: an error here does not undo a committed switch.
+ */
+static void
+warm_cache(TsmJob *job)
+{
+	TsmRelMove *move = (TsmRelMove *) job->state;
+
+	StartTransactionCommand();
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		TsmRelMember *m = &move->members[i];
+		Relation	rel = try_relation_open(m->relid, AccessShareLock);
+		BlockNumber nblocks;
+
+		if (rel == NULL)
+			continue;
+		nblocks = RelationGetNumberOfBlocks(rel);
+		for (int b = 0; b < m->nwarm; b++)
+		{
+			if (m->warm_blocks[b] < nblocks)
+				ReleaseBuffer(ReadBufferExtended(rel, MAIN_FORKNUM, m->warm_blocks[b],
+												 RBM_NORMAL, NULL));
+			if (b % 256 == 0)
+				tsm_ctl_check(&job->ctl);
+		}
+		relation_close(rel, AccessShareLock);
+	}
+	CommitTransactionCommand();
+}
+
 /* Shrink the old main forks a step at a time, outside any transaction. */
 static void
 shrink_old_storage(TsmJob *job)
@@ -640,22 +633,22 @@ shrink_old_storage(TsmJob *job)
  * Schedule the removal of the old storage at the commit of the current
  * transaction, and give it an XID so that its commit record says so.
  */
-static void
-drop_old_storage(TsmJob *job)
+void
+tsm_relation_drop_old(TsmJob *job)
 {
 	tsm_drop_storage_set(job->row.source_spc, job->row.old_nodes, job->row.nmembers);
 	(void) GetCurrentTransactionId();
 }
 
 /* finish: release the session locks, warm the cache, shrink the old files. */
-static void
-relmove_finish(TsmJob *job)
+void
+tsm_relation_finish(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
 
 	release_session_locks(move);
 	tsm_ctl_debug_pause(&job->ctl, "warming");
-	tsm_relation_warm(job);
+	warm_cache(job);
 	shrink_old_storage(job);
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld moved \"%s\" to tablespace \"%s\": "
@@ -672,8 +665,8 @@ relmove_finish(TsmJob *job)
  * locks.  What to drop is what the row recorded (a resumed job: whether or
  * not prepare got that far).
  */
-static void
-relmove_cleanup(TsmJob *job)
+void
+tsm_relation_cleanup(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
 
@@ -683,7 +676,7 @@ relmove_cleanup(TsmJob *job)
 	{
 		StartTransactionCommand();
 		if (job->switch_committed)
-			drop_old_storage(job);
+			tsm_relation_drop_old(job);
 		else
 		{
 			tsm_drop_storage_set(job->row.target_spc, job->row.new_nodes,
@@ -695,15 +688,3 @@ relmove_cleanup(TsmJob *job)
 	}
 	release_session_locks(move);
 }
-
-const TsmFrontEnd tsm_relation_move = {
-	.prepare = relmove_prepare,
-	.guard = NULL,
-	.switch_lock = tsm_relation_switch_lock,
-	.switch_check = tsm_relation_switch_check,
-	.switch_release = tsm_relation_switch_release,
-	.switch_commit = tsm_relation_switch_commit,
-	.finish = relmove_finish,
-	.drop_old = drop_old_storage,
-	.cleanup = relmove_cleanup,
-};

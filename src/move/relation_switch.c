@@ -2,8 +2,9 @@
  *
  * relation_switch.c
  *	  The switch of a relation move, the only moment DML waits: the
- *	  relation starts using its new files.  And warming: the blocks that
- *	  were cached before the switch are read back in afterwards.
+ *	  relation starts using its new files.  Before it, the blocks of the
+ *	  old files that are cached are listed, for relation_move.c to read
+ *	  the same blocks of the new files back in afterwards (warming).
  *
  * One switch attempt is one transaction, driven by worker.c:
  *	1. tsm_relation_switch_lock: AccessExclusiveLock on every member
@@ -68,7 +69,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "move/frontend.h"
+#include "move/relation_internal.h"
 #include "move/switch_blockers.h"
 
 /*
@@ -291,37 +292,4 @@ tsm_relation_switch_commit(TsmJob *job)
 	job->ctl.progress.switch_ms = (double) (switch_committed_at - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
 	return true;
-}
-
-/*
- * warming: read into shared buffers the blocks of the new files that were
- * cached from the old ones, so the relation stays as hot as it was.  Best
- * effort: an error here does not undo a committed switch.
- */
-void
-tsm_relation_warm(TsmJob *job)
-{
-	TsmRelMove *move = (TsmRelMove *) job->state;
-
-	StartTransactionCommand();
-	for (int i = 0; i < move->nmembers; i++)
-	{
-		TsmRelMember *m = &move->members[i];
-		Relation	rel = try_relation_open(m->relid, AccessShareLock);
-		BlockNumber nblocks;
-
-		if (rel == NULL)
-			continue;
-		nblocks = RelationGetNumberOfBlocks(rel);
-		for (int b = 0; b < m->nwarm; b++)
-		{
-			if (m->warm_blocks[b] < nblocks)
-				ReleaseBuffer(ReadBufferExtended(rel, MAIN_FORKNUM, m->warm_blocks[b],
-												 RBM_NORMAL, NULL));
-			if (b % 256 == 0)
-				tsm_ctl_check(&job->ctl);
-		}
-		relation_close(rel, AccessShareLock);
-	}
-	CommitTransactionCommand();
 }

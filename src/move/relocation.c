@@ -131,6 +131,7 @@
 #include "utils/timestamp.h"
 
 #include "move/frontend.h"
+#include "move/submit.h"
 #include "move/relocation_backups.h"
 #include "move/relocation_barrier.h"
 #include "move/relocation_dbcatalog.h"
@@ -210,160 +211,6 @@ typedef struct TsmRelocation
 } TsmRelocation;
 
 static const TsmFileSetOps relocation_sink;
-
-/* ---- checks shared with tsmove.relocate_tablespace() ---- */
-
-/* The directory pg_tblspc/<spc> points to; errors out unless it is a link. */
-static char *
-read_tablespace_link(Oid spc, const char *spcname)
-{
-	char		link_path[MAXPGPATH];
-	char		target[MAXPGPATH];
-	struct stat st;
-	int			len;
-
-	snprintf(link_path, sizeof(link_path), "pg_tblspc/%u", spc);
-	if (lstat(link_path, &st) < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not stat \"%s\": %m", link_path)));
-	if (S_ISDIR(st.st_mode))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot relocate in-place tablespace \"%s\"", spcname),
-				 errdetail("Its files live in the data directory (allow_in_place_tablespaces)."),
-				 errhint("Create a tablespace at the new location and move its relations with tsmove.move_tablespace().")));
-	len = readlink(link_path, target, sizeof(target));
-	if (len < 0 || len >= sizeof(target))
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read symbolic link \"%s\": %m", link_path)));
-	target[len] = '\0';
-	return pstrdup(target);
-}
-
-/* Whether one path lies inside (or is) the other, following symlinks. */
-static bool
-paths_nest(const char *a, const char *b)
-{
-	char	   *real_a = realpath(a, NULL);
-	char	   *real_b = realpath(b, NULL);
-	bool		nest;
-
-	if (real_a == NULL || real_b == NULL)
-		nest = path_is_prefix_of_path(a, b) || path_is_prefix_of_path(b, a);
-	else
-		nest = path_is_prefix_of_path(real_a, real_b) ||
-			path_is_prefix_of_path(real_b, real_a);
-	free(real_a);
-	free(real_b);
-	return nest;
-}
-
-/* A database whose default tablespace is spc, or InvalidOid. */
-static Oid
-database_defaulting_to(Oid spc, char **datname)
-{
-	Relation	rel = table_open(DatabaseRelationId, AccessShareLock);
-	TableScanDesc scan = table_beginscan_catalog(rel, 0, NULL);
-	HeapTuple	tuple;
-	Oid			found = InvalidOid;
-
-	while (!OidIsValid(found) &&
-		   HeapTupleIsValid(tuple = heap_getnext(scan, ForwardScanDirection)))
-	{
-		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
-
-		if (db->dattablespace == spc)
-		{
-			found = db->oid;
-			*datname = pstrdup(NameStr(db->datname));
-		}
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-/*
- * tsm_check_relocatable
- *		Error out unless tablespace spc can be relocated to new_location;
- *		returns its current location.
- *
- * Runs in a transaction.  Checked when the job is submitted and again when
- * it starts.  new_location must be canonical (canonicalize_path).
- */
-char *
-tsm_check_relocatable(Oid spc, const char *spcname, const char *new_location)
-{
-	char	   *old_location;
-	char	   *datname = NULL;
-	struct stat st;
-
-	if (spc == DEFAULTTABLESPACE_OID || spc == GLOBALTABLESPACE_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot relocate tablespace \"%s\"", spcname),
-				 errdetail("It lives in the data directory."),
-				 errhint("Move relations out of it with tsmove.move_tablespace(), or relocate the whole data directory.")));
-	if (OidIsValid(database_defaulting_to(spc, &datname)))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("cannot relocate tablespace \"%s\": it is the default tablespace of database \"%s\"",
-						spcname, datname),
-				 errdetail("A database's system catalogs live in its default tablespace, and cannot be locked from another database."),
-				 errhint("Give the database another default with ALTER DATABASE %s SET TABLESPACE, then relocate.",
-						 quote_identifier(datname))));
-	old_location = read_tablespace_link(spc, spcname);
-
-	if (!is_absolute_path(new_location))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-				 errmsg("tablespace location must be an absolute path")));
-	if (strlen(new_location) + 1 + strlen(TABLESPACE_VERSION_DIRECTORY) + 1 +
-		OIDCHARS + 1 + OIDCHARS + 1 + FORKNAMECHARS + 1 + OIDCHARS > MAXPGPATH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-				 errmsg("tablespace location \"%s\" is too long", new_location)));
-	if (paths_nest(new_location, old_location))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("new location \"%s\" overlaps the current location \"%s\" of tablespace \"%s\"",
-						new_location, old_location, spcname),
-				 errhint("Give a directory outside the current location, on the disk the tablespace should move to.")));
-	if (paths_nest(new_location, DataDir))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-				 errmsg("new location \"%s\" overlaps the data directory", new_location),
-				 errhint("Give a directory outside the data directory.")));
-	if (stat(new_location, &st) < 0)
-	{
-		if (errno == ENOENT)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_FILE),
-					 errmsg("directory \"%s\" does not exist", new_location),
-					 errhint("Create an empty directory owned by the database server's operating system user.")));
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not stat directory \"%s\": %m", new_location)));
-	}
-	if (!S_ISDIR(st.st_mode))
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" exists but is not a directory", new_location)));
-	if (st.st_uid != geteuid())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("directory \"%s\" is not owned by the database server's operating system user",
-						new_location),
-				 errhint("Change its owner (chown) to the user the server runs as.")));
-	if (!directory_is_empty(new_location))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("directory \"%s\" is not empty", new_location),
-				 errhint("Give an empty directory.")));
-	return old_location;
-}
 
 /* ---- the sink: plain files under the new location ---- */
 
@@ -872,8 +719,8 @@ creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
  * record the old location in the job row, create the new version
  * directory, list the files and look up their relations.
  */
-static void
-relocate_prepare(TsmJob *job)
+void
+tsm_relocation_prepare(TsmJob *job)
 {
 	TsmRelocation *st = palloc0(sizeof(TsmRelocation));
 	HASHCTL		hctl;
@@ -956,8 +803,8 @@ relocate_prepare(TsmJob *job)
  * without waiting), then the worker reads the WAL.  A file whose relation
  * is not known yet, or is locked exclusively by someone, is left for later.
  */
-static TsmGuard
-relocate_guard(TsmJob *job, TsmFile *f)
+TsmGuard
+tsm_relocation_guard(TsmJob *job, TsmFile *f)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	LOCKTAG		tag;
@@ -1051,8 +898,8 @@ lock_relation(void *arg, int i)
  * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
  * has passed (switch_blockers.c).
  */
-static bool
-relocate_switch_lock(TsmJob *job)
+bool
+tsm_relocation_switch_lock(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
@@ -1240,8 +1087,8 @@ adopt_unlisted_files(TsmJob *job)
  * orphan no running transaction can own), no session may have temporary
  * files in the tablespace, and the link must still point where it did.
  */
-static bool
-relocate_switch_check(TsmJob *job)
+bool
+tsm_relocation_switch_check(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
@@ -1250,7 +1097,7 @@ relocate_switch_check(TsmJob *job)
 															  GetOldestActiveTransactionId());
 	char	   *link;
 
-	link = read_tablespace_link(st->spc, st->spcname);
+	link = tsm_read_tablespace_link(st->spc, st->spcname);
 	if (strcmp(link, st->old_location) != 0 ||
 		!SearchSysCacheExists1(TABLESPACEOID, ObjectIdGetDatum(st->spc)))
 		ereport(ERROR,
@@ -1326,8 +1173,8 @@ relocate_switch_check(TsmJob *job)
 }
 
 /* A commit, not an abort: that would release the session lock too. */
-static void
-relocate_switch_release(TsmJob *job)
+void
+tsm_relocation_switch_release(TsmJob *job)
 {
 	CommitTransactionCommand();
 }
@@ -1558,8 +1405,8 @@ create_inactive_segments(TsmJob *job)
  * what raced the rename, and release the locks.  False, with the locks
  * released, if a backup or a temporary file appeared since switch_check.
  */
-static bool
-relocate_switch_commit(TsmJob *job)
+bool
+tsm_relocation_switch_commit(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	char		tmp_link[MAXPGPATH];
@@ -1606,12 +1453,12 @@ relocate_switch_commit(TsmJob *job)
 		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 		LWLockRelease(TablespaceCreateLock);
 		tsm_ctl_note(&job->ctl, "%s appeared just before the switch; retrying", what);
-		relocate_switch_release(job);
+		tsm_relocation_switch_release(job);
 		return false;
 	}
 	st->switched_at = GetCurrentTimestamp();
 	tsm_ctl_debug_pause(&job->ctl, "renaming");
-	link = read_tablespace_link(st->spc, st->spcname);
+	link = tsm_read_tablespace_link(st->spc, st->spcname);
 	snprintf(tmp_link, sizeof(tmp_link), "%s.tsmove", st->link_path);
 	(void) unlink(tmp_link);
 	if (strcmp(link, st->old_location) != 0 || symlink(st->new_location, tmp_link) < 0)
@@ -1840,8 +1687,8 @@ remove_marks(TsmJob *job)
 }
 
 /* finish: the shared buffers stay valid (relfilenodes are unchanged); remove the old files. */
-static void
-relocate_finish(TsmJob *job)
+void
+tsm_relocation_finish(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 
@@ -1868,8 +1715,8 @@ relocate_finish(TsmJob *job)
  * After it, finish what the switch left: the old files are removed only
  * once everything created there is copied.
  */
-static void
-relocate_cleanup(TsmJob *job)
+void
+tsm_relocation_cleanup(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 
@@ -1913,18 +1760,6 @@ static const TsmFileSetOps relocation_sink = {
 	.remove = reloc_remove,
 	.new_file = reloc_new_file,
 	.foreign_change = reloc_foreign_change,
-};
-
-const TsmFrontEnd tsm_tablespace_relocation = {
-	.prepare = relocate_prepare,
-	.guard = relocate_guard,
-	.switch_lock = relocate_switch_lock,
-	.switch_check = relocate_switch_check,
-	.switch_release = relocate_switch_release,
-	.switch_commit = relocate_switch_commit,
-	.finish = relocate_finish,
-	.drop_old = NULL,
-	.cleanup = relocate_cleanup,
 };
 
 /*

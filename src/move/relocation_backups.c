@@ -44,6 +44,7 @@
 #include "utils/backend_status.h"
 
 #include "compat.h"
+#include "move/move.h"
 #include "move/relocation_backups.h"
 
 typedef struct BackupMark

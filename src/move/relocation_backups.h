@@ -13,9 +13,6 @@
 
 #include "utils/timestamp.h"
 
-extern Size tsm_backups_shmem_size(void);
-extern void tsm_backups_shmem_init(void);
-extern void tsm_backups_init(void);
 extern bool tsm_backup_running(TimestampTz *oldest_start, char *what, Size len);
 
 #endif							/* TSM_RELOCATION_BACKUPS_H */

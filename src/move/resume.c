@@ -29,7 +29,7 @@
  * no point (the move fails, its files dropped).  Only the worker of the
  * job writes its file.  The job's slot is pg_tsmove_<database>_<job>.
  *
- * Orphans: the recovery pass (launcher.c) removes the slots and files of
+ * Orphans: the recovery pass (recovery.c) removes the slots and files of
  * jobs that ended or no longer exist, and, in a database whose pg_tsmove
  * was dropped (the job table with it), also the new relfilenodes the file
  * names: it is then their only record.  The launcher removes the slots
@@ -52,7 +52,7 @@
 #include "replication/slot.h"
 #include "storage/fd.h"
 
-#include "move/frontend.h"
+#include "move/relation_storage.h"
 #include "move/resume.h"
 
 #define TSM_RESUME_DIR "pg_tsmove"

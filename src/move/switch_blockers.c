@@ -47,8 +47,8 @@
 #include "storage/procarray.h"
 #include "utils/acl.h"
 
+#include "move/move.h"
 #include "move/switch_blockers.h"
-#include "pg_tsmove.h"
 
 /* A session whose lock blocks the switch. */
 typedef struct TsmBlocker

@@ -10,6 +10,8 @@
  *
  * Both only validate and insert job rows in the caller's transaction, as
  * tsmove.move() does (job_api.c); the launcher starts them when it commits.
+ * A top of move/, beside job_api.c: it calls submit.c (the checks and the
+ * submission), job_record.c and queue.c, and nothing calls it.
  *
  * Privileges: relocate_tablespace() is for superusers only: it writes
  * outside the data directory, as CREATE TABLESPACE does.  move_tablespace()
@@ -45,7 +47,8 @@
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
-#include "move/frontend.h"
+#include "move/job_record.h"
+#include "move/submit.h"
 
 PG_FUNCTION_INFO_V1(tsm_relocate_tablespace);
 PG_FUNCTION_INFO_V1(tsm_move_tablespace);

@@ -11,10 +11,13 @@
  *	  and exits when nothing is left that it can run.  tsmove.pause() holds
  *	  a copying or catching-up job still ('paused') until tsmove.resume().
  *
- * This is the only module that drives a job: it calls the job's front end
- * (relation_move.c and relation_switch.c for a relation, relocation.c for a
- * tablespace; the interface is in frontend.h) and the engine (copy.c,
- * mirror.c, fileset.c), and neither calls back up into it.  Every phase is the same for both:
+ * This is the only module that drives a job, the top of the engine: it
+ * calls the job's front end (relation_move.c and relation_switch.c for a
+ * relation, relocation.c for a tablespace; the interface is in frontend.h,
+ * the two TsmFrontEnds below), the engine (copy.c, mirror.c, fileset.c),
+ * resume.c, job_control.c and what is below them, and nothing calls back
+ * up into it: the launcher starts it by name.  Every phase is the same for
+ * both:
  *	- prepare (front end);
  *	- the mirror starts reading the WAL (a temporary replication slot),
  *	  before the first page is copied;
@@ -54,7 +57,7 @@
  * the front end removes what the job created unless the switch committed,
  * and the row says why; a failed or cancelled table job ends its chain.
  * A worker that dies inside a job leaves it to the recovery pass
- * (launcher.c).
+ * (recovery.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -89,28 +92,36 @@
 #define TSM_SWITCH_ATTEMPTS_BEFORE_HINT 20
 /* How often a paused job reads the WAL and looks for tsmove.resume(). */
 #define TSM_PAUSED_POLL_MS 200
-/* The fastest page-image compression this server was built with. */
-#ifdef USE_LZ4
-#define TSM_WAL_COMPRESSION "lz4"
-#else
-#define TSM_WAL_COMPRESSION "pglz"
-#endif
 
 /*
- * Session settings the worker always runs with, whatever ALTER DATABASE
- * ... SET or ALTER ROLE ... SET say: names resolve in pg_catalog only;
- * job rows are written read-committed and durably (a row that names new
- * files must reach the WAL before the files exist); lock waits are the
- * worker's own choice.
+ * The two front ends (frontend.h): which function does each phase of a
+ * relation move (relation_move.c, its switch in relation_switch.c) and of
+ * a tablespace relocation (relocation.c).  Gathered here, so that the
+ * worker is the only caller of a switch, as it is of the copy and the
+ * mirror.
  */
-static const char *const worker_settings[][2] = {
-	{"search_path", "pg_catalog, pg_temp"},
-	{"default_transaction_isolation", "read committed"},
-	{"default_transaction_read_only", "off"},
-	{"default_transaction_deferrable", "off"},
-	{"synchronous_commit", "on"},
-	{"lock_timeout", "0"},
-	{"session_replication_role", "origin"},
+static const TsmFrontEnd relation_move = {
+	.prepare = tsm_relation_prepare,
+	.guard = NULL,
+	.switch_lock = tsm_relation_switch_lock,
+	.switch_check = tsm_relation_switch_check,
+	.switch_release = tsm_relation_switch_release,
+	.switch_commit = tsm_relation_switch_commit,
+	.finish = tsm_relation_finish,
+	.drop_old = tsm_relation_drop_old,
+	.cleanup = tsm_relation_cleanup,
+};
+
+static const TsmFrontEnd tablespace_relocation = {
+	.prepare = tsm_relocation_prepare,
+	.guard = tsm_relocation_guard,
+	.switch_lock = tsm_relocation_switch_lock,
+	.switch_check = tsm_relocation_switch_check,
+	.switch_release = tsm_relocation_switch_release,
+	.switch_commit = tsm_relocation_switch_commit,
+	.finish = tsm_relocation_finish,
+	.drop_old = NULL,
+	.cleanup = tsm_relocation_cleanup,
 };
 
 /* The file the next copy batch starts with (files are visited in turn). */
@@ -570,7 +581,7 @@ run_next_job(void)
 	if (claimed)
 	{
 		job->front = job->row.kind == TSM_KIND_RELOCATE ?
-			&tsm_tablespace_relocation : &tsm_relation_move;
+			&tablespace_relocation : &relation_move;
 		tsm_ctl_init(&job->ctl, job->row.job_id, job->row.relname,
 					 job->row.max_rate_mb);
 		job->ctl.pause_requested = job->row.pause_requested;
@@ -613,37 +624,6 @@ run_next_job(void)
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextDelete(cxt);
 	return claimed;
-}
-
-/*
- * Every page a relation move copies is logged as a full-page image, and
- * that WAL is most of what the move costs the commits running beside it:
- * they wait for the WAL writes and syncs it adds.  Unless the DBA chose a
- * wal_compression already, the worker compresses its own page images (a
- * session setting: the rest of the server is unaffected), which also lets
- * the byte budget copy more pages per second.
- */
-static void
-compress_page_images(void)
-{
-	const char *current = GetConfigOption("wal_compression", false, false);
-
-	if (current != NULL && strcmp(current, "off") == 0)
-		SetConfigOption("wal_compression", TSM_WAL_COMPRESSION,
-						PGC_SUSET, PGC_S_SESSION);
-}
-
-/*
- * The settings of worker_settings, and page-image compression.  Also used
- * by the recovery worker (launcher.c).
- */
-void
-tsm_worker_session_settings(void)
-{
-	for (int i = 0; i < lengthof(worker_settings); i++)
-		SetConfigOption(worker_settings[i][0], worker_settings[i][1],
-						PGC_SUSET, PGC_S_SESSION);
-	compress_page_images();
 }
 
 /* Whether pg_tsmove is installed in the database the worker is in. */
