@@ -12,9 +12,10 @@ OBJS         = src/pg_tsmove.o \
                src/move/fileset.o src/move/copy.o src/move/mirror.o src/move/resume.o \
                src/move/relation_storage.o src/move/relation_move.o \
                src/move/relation_switch.o src/move/switch_blockers.o \
-               src/move/relocation.o src/move/relocation_backups.o \
-               src/move/relocation_barrier.o src/move/relocation_dbcatalog.o \
-               src/move/relocation_marks.o \
+               src/move/relocation_files.o src/move/relocation_switch.o \
+               src/move/relocation_finish.o src/move/relocation_recovery.o \
+               src/move/relocation_backups.o src/move/relocation_barrier.o \
+               src/move/relocation_dbcatalog.o src/move/relocation_marks.o \
                src/move/worker.o src/move/recovery.o src/move/launcher.o \
                src/move/job_api.o src/move/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \

@@ -11,11 +11,11 @@
  *	  page, unlock.  A share lock excludes every WAL-logged change, so the
  *	  copy holds either all or none of a change, and any change it missed
  *	  has an LSN after the copy, which the mirror (mirror.c) will see.
- *	- The sink (relation_move.c, relocation.c) WAL-logs the private copy or not,
- *	  sets its checksum and writes it.  Writes never go through the
- *	  checkpointer's fsync queue: the worker syncs the files itself
- *	  (tsm_fileset_sync), after the bulk copy, before each switch attempt
- *	  and under the switch's locks.
+ *	- The sink (relation_move.c, relocation_files.c) WAL-logs the private
+ *	  copy or not, sets its checksum and writes it.  Writes never go through
+ *	  the checkpointer's fsync queue: the worker syncs the files itself
+ *	  (tsm_fileset_sync), after the bulk copy, before each switch attempt and
+ *	  under the switch's locks.
  *	- Each batch of a bulk or catch-up copy starts the kernel's writeback
  *	  of what it wrote, as checkpoint_flush_after does for checkpoints;
  *	  otherwise the page cache collects the whole copy and flushes it in

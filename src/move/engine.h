@@ -9,8 +9,9 @@
  * is the front end's business, behind the sink callbacks of TsmFileSetOps:
  *	- a relation move (relation_move.c) writes them to a new relfilenode in
  *	  the target tablespace, through smgr, WAL-logged;
- *	- a tablespace relocation (relocation.c) writes them to the same file
- *	  name under the new location, with plain file I/O, not WAL-logged.
+ *	- a tablespace relocation (relocation_files.c) writes them to the same
+ *	  file name under the new location, with plain file I/O, not
+ *	  WAL-logged.
  * The worker (worker.c) drives: it alone calls the copy (copy.c) and the
  * mirror (mirror.c), which reach the front end only through the sink.  The
  * front ends and resume.c fill the file set (fileset.c).  Calls go one way:

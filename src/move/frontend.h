@@ -112,17 +112,21 @@ extern bool tsm_relation_switch_check(TsmJob *job);
 extern void tsm_relation_switch_release(TsmJob *job);
 extern bool tsm_relation_switch_commit(TsmJob *job);
 
-/* relocation.c: a tablespace relocation */
+/* relocation_files.c: a tablespace relocation's files */
 extern void tsm_relocation_prepare(TsmJob *job);
 extern TsmGuard tsm_relocation_guard(TsmJob *job, TsmFile *f);
+
+/* relocation_switch.c: its switch */
 extern bool tsm_relocation_switch_lock(TsmJob *job);
 extern bool tsm_relocation_switch_check(TsmJob *job);
 extern void tsm_relocation_switch_release(TsmJob *job);
 extern bool tsm_relocation_switch_commit(TsmJob *job);
+
+/* relocation_finish.c: its end */
 extern void tsm_relocation_finish(TsmJob *job);
 extern void tsm_relocation_cleanup(TsmJob *job);
 
-/* relocation.c, for the recovery pass (recovery.c) */
+/* relocation_recovery.c, for the recovery pass (recovery.c) */
 extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
 
 #endif							/* TSM_FRONTEND_H */

@@ -6,9 +6,9 @@
  *	  and the session settings of the engine's workers.
  *
  * These sit below the engine (copy.c, mirror.c, fileset.c) and its two
- * front ends (relation_move.c and relation_switch.c for relations,
- * relocation.c for tablespaces): all of them call down into this file, and
- * it calls none of them.  What a front end must be asked at each check
+ * front ends (relation_move.c and relation_switch.c for relations, the
+ * relocation_*.c files for tablespaces): all of them call down into this
+ * file, and it calls none of them.  What a front end must be asked at each check
  * (whether someone waits for its locks) it registers as a callback.
  *
  * The throttle is a byte budget per second, counting the pages written and

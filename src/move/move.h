@@ -24,9 +24,9 @@
  *					the engine.
  *	launcher.c		the queue's dispatcher: queue.c, resume.c (the jobs'
  *					slots), settings.c.
- *	recovery.c		the recovery worker: relocation.c's
- *					tsm_recover_relocation(), relation_storage.c,
- *					resume.c, job_control.c, job_record.c, queue.c.
+ *	recovery.c		the recovery worker: relocation_recovery.c,
+ *					relation_storage.c, resume.c, job_control.c,
+ *					job_record.c, queue.c.
  *	worker.c		the job driver, the only caller of the front ends, of
  *					the copy and the mirror, and of a switch; also
  *					fileset.c, resume.c, job_control.c,
@@ -37,8 +37,11 @@
  *	relation_move.c a relation's new files and locks, warming, the old
  *					files; also resume.c, submit.c, relation_storage.c.
  *	relation_switch.c the relation's switch; also switch_blockers.c.
- *	relocation.c	a tablespace's relocation; also submit.c,
- *					switch_blockers.c and its helpers
+ *	relocation_*.c	a tablespace's relocation, in four files whose calls
+ *					go one way (relocation_internal.h): finish ->
+ *					switch -> files, and recovery -> files, the part
+ *					recovery.c calls.  Also submit.c, switch_blockers.c
+ *					and the helpers
  *					relocation_{backups,barrier,dbcatalog,marks}.c.
  *
  * 3. The engine (engine.h).

@@ -23,14 +23,14 @@
  *	  written; the commit record removes it, on standbys too), its slot and
  *	  resume point with them, and the job is marked failed, with the jobs
  *	  chained behind it;
- *	- a tablespace relocation is finished or undone by relocation.c, as the
- *	  tablespace's link says.
+ *	- a tablespace relocation is finished or undone by
+ *	  relocation_recovery.c, as the tablespace's link says.
  * Then it removes the slots and resume points of jobs that have ended, and,
  * if the database has queued jobs, marks the database pending.
  *
- * Calls relocation.c (tsm_recover_relocation), relation_storage.c,
- * resume.c, job_record.c, job_control.c (the session settings), queue.c
- * and settings.c; nothing calls it: the launcher starts it by name.
+ * Calls relocation_recovery.c, relation_storage.c, resume.c, job_record.c,
+ * job_control.c (the session settings), queue.c and settings.c; nothing
+ * calls it: the launcher starts it by name.
  *
  * Locks: it takes no relation locks; it never drops a relfilenode that
  * pg_class maps.  TsmShared->lock, shared, to see whether a live worker

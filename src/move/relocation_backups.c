@@ -2,7 +2,8 @@
  *
  * relocation_backups.c
  *	  Which base backups run now: what a relocation asks before its switch
- *	  and before it removes the old files (relocation.c).
+ *	  and before it removes the old files (relocation_switch.c,
+ *	  relocation_finish.c).
  *
  * A backup copies the tablespace's files by following pg_tblspc/<oid>; the
  * relocation writes no WAL for its copy, so a backup that read the link
@@ -23,8 +24,9 @@
  *	  assignment evaluated as a simple expression, a wrapper function);
  *	  nor pg_basebackup with track_activities off (no progress command).
  * The relocation closes the window between its check and its rename by
- * delaying checkpoints (relocation.c): a backup that starts after the check
- * reads pg_tblspc only after its start checkpoint, so after the rename.
+ * delaying checkpoints (relocation_switch.c): a backup that starts after the
+ * check reads pg_tblspc only after its start checkpoint, so after the
+ * rename.
  *
  * Locks: BackupMarks->mutex, a spinlock, guards the slots; a backend
  * writes only its own slot.

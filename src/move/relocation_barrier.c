@@ -5,7 +5,7 @@
  *	  first with a bound.
  *
  * After the rename every process must close its descriptors of the old
- * files before the switch's locks go (relocation.c, step 4), and
+ * files before the switch's locks go (relocation_switch.c, step 4), and
  * WaitForProcSignalBarrier() waits for every process, with no bound, while
  * the switch holds interrupts and every relation of the tablespace.  A
  * process that does not absorb barriers for a while (a backend blocked

@@ -22,7 +22,8 @@
  *	- vacuum in that database does not honour this process's snapshot, so
  *	  a row updated after the snapshot may be missed.  Callers must treat a
  *	  relfilenode they cannot resolve as "not known yet", never as "free":
- *	  relocation.c does not switch while a file it moves is unresolved.
+ *	  relocation_switch.c does not switch while a file it moves is
+ *	  unresolved.
  *
  * Locks: AccessShareLock on the other database's pg_class for the scan.
  * The caller is in a transaction.

@@ -3,8 +3,8 @@
  * relocation_marks.c
  *	  Ownership marks of a relocation's locations.
  *
- * After a crash the recovery pass (relocation.c) removes one of the two
- * locations of an interrupted relocation: the new one if the link still
+ * After a crash the recovery pass (relocation_recovery.c) removes one of the
+ * two locations of an interrupted relocation: the new one if the link still
  * names the old, the old one if it names the new.  A path alone does not
  * prove whose files those are.  A backup taken during a relocation holds
  * the job row; restored and started beside the original cluster on the

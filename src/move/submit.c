@@ -8,12 +8,12 @@
  * tsmove.move() (job_api.c), move_tablespace() and relocate_tablespace()
  * (tablespace_api.c) validate everything here in the caller's transaction
  * and insert rows; nothing else.  When that transaction commits, an xact
- * callback marks its database pending and wakes the launcher (queue.c),
- * so nothing runs for a transaction that aborts.  The front ends make the
- * same checks again when the job starts (relation_move.c for
- * tsm_check_movable() and tsm_check_move_privileges(), relocation.c for
- * tsm_check_relocatable() and tsm_active_move_on_tablespace()): the
- * relation or the tablespace may have changed in between.
+ * callback marks its database pending and wakes the launcher (queue.c), so
+ * nothing runs for a transaction that aborts.  The front ends make the same
+ * checks again when the job starts (relation_move.c for tsm_check_movable()
+ * and tsm_check_move_privileges(), relocation_files.c for
+ * tsm_check_relocatable() and tsm_active_move_on_tablespace()): the relation
+ * or the tablespace may have changed in between.
  *
  * Calls queue.c, job_record.c and settings.c, nothing above them.
  *

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * tablespace_api.c
- *	  The SQL functions for whole tablespaces:
- *	  tsmove.relocate_tablespace(), which queues one job that moves every
- *	  file of a tablespace, in every database, to a new directory
- *	  (relocation.c runs it), and tsmove.move_tablespace(), which queues a
- *	  relation move for every relation of this database stored in a
- *	  tablespace (relation_move.c runs them).
+ *	  The SQL functions for whole tablespaces: tsmove.relocate_tablespace(),
+ *	  which queues one job that moves every file of a tablespace, in every
+ *	  database, to a new directory (the relocation_*.c files run it), and
+ *	  tsmove.move_tablespace(), which queues a relation move for every
+ *	  relation of this database stored in a tablespace (relation_move.c runs
+ *	  them).
  *
  * Both only validate and insert job rows in the caller's transaction, as
  * tsmove.move() does (job_api.c); the launcher starts them when it commits.

@@ -11,12 +11,12 @@
  *	  and exits when nothing is left that it can run.  tsmove.pause() holds
  *	  a copying or catching-up job still ('paused') until tsmove.resume().
  *
- * This is the only module that drives a job, the top of the engine: it
- * calls the job's front end (relation_move.c and relation_switch.c for a
- * relation, relocation.c for a tablespace; the interface is in frontend.h,
+ * This is the only module that drives a job, the top of the engine: it calls
+ * the job's front end (relation_move.c and relation_switch.c for a relation,
+ * the relocation_*.c files for a tablespace; the interface is in frontend.h,
  * the two TsmFrontEnds below), the engine (copy.c, mirror.c, fileset.c),
- * resume.c, job_control.c and what is below them, and nothing calls back
- * up into it: the launcher starts it by name.  Every phase is the same for
+ * resume.c, job_control.c and what is below them, and nothing calls back up
+ * into it: the launcher starts it by name.  Every phase is the same for
  * both:
  *	- prepare (front end);
  *	- the mirror starts reading the WAL (a temporary replication slot),
@@ -95,10 +95,11 @@
 
 /*
  * The two front ends (frontend.h): which function does each phase of a
- * relation move (relation_move.c, its switch in relation_switch.c) and of
- * a tablespace relocation (relocation.c).  Gathered here, so that the
- * worker is the only caller of a switch, as it is of the copy and the
- * mirror.
+ * relation move (relation_move.c, its switch in relation_switch.c) and of a
+ * tablespace relocation (relocation_files.c, its switch in
+ * relocation_switch.c, its end in relocation_finish.c).  Gathered here, so
+ * that the worker is the only caller of a switch, as it is of the copy and
+ * the mirror.
  */
 static const TsmFrontEnd relation_move = {
 	.prepare = tsm_relation_prepare,
