@@ -5,11 +5,11 @@
  *	  saving them, cancel and shutdown checks, sleeping, the byte budget;
  *	  and the session settings of the engine's workers.
  *
- * These sit below the engine (copy.c, mirror.c, fileset.c) and its two
- * front ends (relation_move.c and relation_switch.c for relations, the
+ * These sit below the engine (copy.c, mirror.c, fileset.c) and its two front
+ * ends (relation_move.c and relation_switch.c for relations, the
  * relocation_*.c files for tablespaces): all of them call down into this
- * file, and it calls none of them.  What a front end must be asked at each check
- * (whether someone waits for its locks) it registers as a callback.
+ * file, and it calls none of them.  What a front end must be asked at each
+ * check (whether someone waits for its locks) it registers as a callback.
  *
  * The throttle is a byte budget per second, counting the pages written and
  * the WAL this process wrote for them; credit banked while idle is capped

@@ -21,12 +21,12 @@
  * rows pending again.
  *
  * Locking of the shared state: TsmShared->lock guards every field of
- * TsmShared, the pending-database table and every slot.  The launcher
- * takes it exclusively to claim a slot for a worker it starts; a worker
- * to publish its job and counters (a few times a second), to charge the
- * budget all workers share (every TSM_TOTAL_BUDGET_CHUNK bytes) and to
- * release its slot; backends to mark a database pending, to request a cancel or
- * a rate change, a pause or a resume.  Readers (tsmove.jobs, wait) take it shared.
+ * TsmShared, the pending-database table and every slot.  The launcher takes
+ * it exclusively to claim a slot for a worker it starts; a worker to publish
+ * its job and counters (a few times a second), to charge the budget all
+ * workers share (every TSM_TOTAL_BUDGET_CHUNK bytes) and to release its
+ * slot; backends to mark a database pending, to request a cancel or a rate
+ * change, a pause or a resume.  Readers (tsmove.jobs, wait) take it shared.
  *
  *-------------------------------------------------------------------------
  */

@@ -37,10 +37,10 @@
  *	   row tells whether the switch committed; an xact callback sets
  *	   job->switch_committed as soon as the commit record is written, and
  *	   from then on nothing drops the new files.  The old files are not
- *	   dropped here: relation_move.c shrinks them gently after warming and drops
- *	   them in the commit that records the job as done (freed all at once
- *	   when this commit releases the locks, a big file stalled everyone's
- *	   WAL flushes).
+ *	   dropped here: relation_move.c shrinks them gently after warming and
+ *	   drops them in the commit that records the job as done (freed all at
+ *	   once when this commit releases the locks, a big file stalled
+ *	   everyone's WAL flushes).
  *
  * Locks: called with the job's session lock held and no transaction open.
  *

@@ -163,8 +163,8 @@ old_temporary_file_owner(TsmRelocation *st)
  * Before the old files go: wait for every backup that began before the
  * switch (none can, as switch_commit checks, unless it started in a way
  * relocation_backups.c cannot see), and for the sessions whose temporary
- * files are still in the old location (created just before the rename: they read
- * them through descriptors they hold; no new one goes there).
+ * files are still in the old location (created just before the rename: they
+ * read them through descriptors they hold; no new one goes there).
  */
 static bool
 old_files_in_use(TsmRelocation *st, char *what, Size len)
