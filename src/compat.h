@@ -5,10 +5,24 @@
  *	  builds against, as static inline wrappers or macros.
  *
  * The rest of the code is written against PostgreSQL 15 names and calls
- * these wrappers where 16 and 17 renamed or changed something
- * (RelFileNode -> RelFileLocator, buffer tag accessors, the extra
- * arguments of ReplicationSlotCreate, BackendId -> ProcNumber).  No other
- * file may test PG_VERSION_NUM.
+ * these wrappers where 16, 17, 18 or 19 renamed or changed something:
+ *	16: RelFileNode -> RelFileLocator (and relfilenumber), buffer tag
+ *		accessors, object_ownercheck/object_aclcheck, the table statistics'
+ *		field names;
+ *	17: BackendId -> ProcNumber, ReplicationSlotCreate's and
+ *		ReplicationSlotCleanup's arguments, parse_filename_for_nontemp_relation,
+ *		PG_TEMP_FILES_DIR's header;
+ *	18: smgrtruncate takes the old sizes, ReplicationSlotAcquire's
+ *		arguments, ExecutorRun_hook without execute_once, PGPROC without
+ *		isBackgroundWorker, the statistics hash key's objid;
+ *	19: PGPROC.backendType, PageSetChecksum, 64-bit buffer header states, ShmemInitHash's,
+ *		XLogFindNextRecord's, GetOldestActiveTransactionId's and
+ *		CheckSlotRequirements' arguments, the statistics entry a caller may
+ *		have to free, a slot's active process as a ProcNumber.
+ * Minor releases matter once: 15.11, 16.7 and 17.3 added smgrtruncate2,
+ * which takes the old sizes (smgrtruncate then calls smgrnblocks, which
+ * must not run in a critical section).  No other file may test
+ * PG_VERSION_NUM.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,8 +42,27 @@
 #include "storage/smgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "storage/reinit.h"
+#include "storage/shmem.h"
 #include "storage/sinvaladt.h"
+#include "pgstat.h"
+#include "utils/acl.h"
 #include "utils/backend_status.h"
+#include "utils/relcache.h"
+#include "utils/relmapper.h"
+#if PG_VERSION_NUM >= 160000
+#include "utils/relfilenumbermap.h"
+#else
+#include "utils/relfilenodemap.h"
+#endif
+#include "storage/procarray.h"
+#if PG_VERSION_NUM >= 170000
+#include "common/file_utils.h"
+#else
+#include "storage/fd.h"
+#endif
+#include "catalog/pg_class_d.h"
+#include "catalog/pg_tablespace_d.h"
 
 #if PG_VERSION_NUM < 150000
 #error "pg_tsmove needs PostgreSQL 15 or later"
@@ -148,11 +181,28 @@ tsm_flush_and_drop_buffers(SMgrRelation *rels, int n)
 #endif
 }
 
-/* Truncate one fork of reln to nblocks, dropping its buffers. */
+/*
+ * Truncate one fork of reln from old_nblocks (its size, taken by the
+ * caller before its critical section) to nblocks, dropping its buffers.
+ */
+#if PG_VERSION_NUM >= 170003 || \
+	(PG_VERSION_NUM >= 160007 && PG_VERSION_NUM < 170000) || \
+	(PG_VERSION_NUM >= 150011 && PG_VERSION_NUM < 160000)
+#define TSM_SMGRTRUNCATE_TAKES_OLD_SIZE 1
+#endif
+
 static inline void
-tsm_smgr_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber nblocks)
+tsm_smgr_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber old_nblocks,
+				  BlockNumber nblocks)
 {
+#if PG_VERSION_NUM >= 180000
+	smgrtruncate(reln, &fork, 1, &old_nblocks, &nblocks);
+#elif defined(TSM_SMGRTRUNCATE_TAKES_OLD_SIZE)
+	smgrtruncate2(reln, &fork, 1, &old_nblocks, &nblocks);
+#else
+	(void) old_nblocks;
 	smgrtruncate(reln, &fork, 1, &nblocks);
+#endif
 }
 
 /*
@@ -187,7 +237,9 @@ tsm_create_physical_slot(const char *name, bool persistent)
 {
 	ReplicationSlotPersistency persistency = persistent ? RS_PERSISTENT : RS_TEMPORARY;
 
-#if PG_VERSION_NUM >= 170000
+#if PG_VERSION_NUM >= 190000
+	ReplicationSlotCreate(name, false, persistency, false, false, false, false);
+#elif PG_VERSION_NUM >= 170000
 	ReplicationSlotCreate(name, false, persistency, false, false, false);
 #else
 	ReplicationSlotCreate(name, false, persistency, false);
@@ -202,6 +254,94 @@ tsm_acquire_slot(const char *name)
 	ReplicationSlotAcquire(name, true, true);
 #else
 	ReplicationSlotAcquire(name, true);
+#endif
+}
+
+/* Whether a process has acquired the slot; the caller holds its mutex. */
+static inline bool
+tsm_slot_active(ReplicationSlot *slot)
+{
+#if PG_VERSION_NUM >= 190000
+	return slot->active_proc != INVALID_PROC_NUMBER;
+#else
+	return slot->active_pid != 0;
+#endif
+}
+
+/* Refuse, with core's error, when the server cannot have replication slots. */
+static inline void
+tsm_check_slot_requirements(void)
+{
+#if PG_VERSION_NUM >= 190000
+	CheckSlotRequirements(false);
+#else
+	CheckSlotRequirements();
+#endif
+}
+
+/* The first valid record at or after lsn, or InvalidXLogRecPtr. */
+static inline XLogRecPtr
+tsm_find_next_record(XLogReaderState *reader, XLogRecPtr lsn)
+{
+#if PG_VERSION_NUM >= 190000
+	char	   *errormsg = NULL;
+
+	return XLogFindNextRecord(reader, lsn, &errormsg);
+#else
+	return XLogFindNextRecord(reader, lsn);
+#endif
+}
+
+/* The oldest transaction still running, in any database. */
+static inline TransactionId
+tsm_oldest_active_xid(void)
+{
+#if PG_VERSION_NUM >= 190000
+	return GetOldestActiveTransactionId(false, true);
+#else
+	return GetOldestActiveTransactionId();
+#endif
+}
+
+/* A buffer header's state word: 64 bits from 19 on. */
+#if PG_VERSION_NUM >= 190000
+typedef uint64 TsmBufState;
+#define tsm_unlock_buf_hdr(desc, state) UnlockBufHdr(desc)
+#else
+typedef uint32 TsmBufState;
+#define tsm_unlock_buf_hdr(desc, state) UnlockBufHdr(desc, state)
+#endif
+
+/* Set a page's checksum in place, before it is written (19 renamed the call). */
+static inline void
+tsm_page_set_checksum(Page page, BlockNumber blkno)
+{
+#if PG_VERSION_NUM >= 190000
+	PageSetChecksum(page, blkno);
+#else
+	PageSetChecksumInplace(page, blkno);
+#endif
+}
+
+/* A fixed-size shared hash table of max_size entries. */
+static inline HTAB *
+tsm_shmem_init_hash(const char *name, long max_size, HASHCTL *info, int flags)
+{
+#if PG_VERSION_NUM >= 190000
+	return ShmemInitHash(name, max_size, info, flags);
+#else
+	return ShmemInitHash(name, max_size, max_size, info, flags);
+#endif
+}
+
+/* Drop this process's temporary slots. */
+static inline void
+tsm_cleanup_temporary_slots(void)
+{
+#if PG_VERSION_NUM >= 170000
+	ReplicationSlotCleanup(false);
+#else
+	ReplicationSlotCleanup();
 #endif
 }
 
@@ -246,7 +386,144 @@ tsm_local_backend_status(int i)
 #endif
 }
 
+/* Whether a PGPROC is a client's session (not a background worker, walsender, ...). */
+static inline bool
+tsm_proc_is_client_session(PGPROC *proc)
+{
+#if PG_VERSION_NUM >= 190000
+	return proc->backendType == B_BACKEND;
+#elif PG_VERSION_NUM >= 180000
+	return proc->isRegularBackend;
+#else
+	return !proc->isBackgroundWorker;
+#endif
+}
+
+/* Privileges, as ALTER TABLE ... SET TABLESPACE checks them. */
+static inline bool
+tsm_owns_relation(Oid relid, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(RelationRelationId, relid, role);
+#else
+	return pg_class_ownercheck(relid, role);
+#endif
+}
+
+static inline AclResult
+tsm_tablespace_aclcheck(Oid spc, Oid role, AclMode mode)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_aclcheck(TableSpaceRelationId, spc, role, mode);
+#else
+	return pg_tablespace_aclcheck(spc, role, mode);
+#endif
+}
+
+/* The relation of this database whose storage is (tablespace, relfilenode), or InvalidOid. */
+static inline Oid
+tsm_relid_by_relfilenumber(Oid tablespace, TsmRelFileNumber number)
+{
+#if PG_VERSION_NUM >= 160000
+	return RelidByRelfilenumber(tablespace, number);
+#else
+	return RelidByRelfilenode(tablespace, number);
+#endif
+}
+
+/* A relation got new storage in this transaction (as SET TABLESPACE does). */
+static inline void
+tsm_relation_assume_new_storage(Relation rel)
+{
+#if PG_VERSION_NUM >= 160000
+	RelationAssumeNewRelfilelocator(rel);
+#else
+	RelationAssumeNewRelfilenode(rel);
+#endif
+}
+
+/* The relfilenode of a mapped catalog of another database, read from its map file. */
+static inline TsmRelFileNumber
+tsm_mapped_relfilenumber(const char *dbpath, Oid relid)
+{
+#if PG_VERSION_NUM >= 160000
+	return RelationMapOidToFilenumberForDatabase((char *) dbpath, relid);
+#else
+	return RelationMapOidToFilenodeForDatabase((char *) dbpath, relid);
+#endif
+}
+
+/*
+ * Whether name is a file of a permanent relation ("<relfilenode>[_fork][.segno]");
+ * if so, its relfilenode, fork and segment number.
+ */
+static inline bool
+tsm_parse_relation_file_name(const char *name, TsmRelFileNumber *number,
+							 ForkNumber *fork, unsigned *segno)
+{
+#if PG_VERSION_NUM >= 170000
+	return parse_filename_for_nontemp_relation(name, number, fork, segno);
+#else
+	int			chars;
+	const char *dot;
+
+	if (!parse_filename_for_nontemp_relation(name, &chars, fork))
+		return false;
+	*number = (TsmRelFileNumber) strtoul(name, NULL, 10);
+	dot = strchr(name, '.');
+	*segno = dot != NULL ? (unsigned) strtoul(dot + 1, NULL, 10) : 0;
+	return true;
+#endif
+}
+
 /* ---- monitoring (tablespace_io.c, coaccess.c) ------------------------ */
+
+/* A table's block counters in this backend's pending statistics. */
+#if PG_VERSION_NUM >= 160000
+#define TSM_TABSTAT_BLOCKS_FETCHED(s) ((s)->counts.blocks_fetched)
+#define TSM_TABSTAT_BLOCKS_HIT(s) ((s)->counts.blocks_hit)
+#else
+#define TSM_TABSTAT_BLOCKS_FETCHED(s) ((s)->t_counts.t_blocks_fetched)
+#define TSM_TABSTAT_BLOCKS_HIT(s) ((s)->t_counts.t_blocks_hit)
+#endif
+
+/* Blocks of a relation of this database (or shared) ever fetched, as the shared statistics say. */
+static inline int64
+tsm_relation_blocks_fetched(bool shared, Oid relid)
+{
+	PgStat_StatTabEntry *stats;
+	int64		fetched;
+#if PG_VERSION_NUM >= 190000
+	bool		may_free = false;
+
+	stats = pgstat_fetch_stat_tabentry_ext(shared, relid, &may_free);
+#else
+	stats = pgstat_fetch_stat_tabentry_ext(shared, relid);
+#endif
+	fetched = stats != NULL ? stats->blocks_fetched : 0;
+#if PG_VERSION_NUM >= 190000
+	if (stats != NULL && may_free)
+		pfree(stats);
+#endif
+	return fetched;
+}
+
+/* The object of a shared statistics entry's key (a relation's OID). */
+#if PG_VERSION_NUM >= 180000
+#define TSM_PGSTAT_KEY_OBJECT(key) ((Oid) (key).objid)
+#else
+#define TSM_PGSTAT_KEY_OBJECT(key) ((key).objoid)
+#endif
+
+/* ExecutorRun_hook's parameters: 18 dropped execute_once. */
+#if PG_VERSION_NUM >= 180000
+#define TSM_EXECUTOR_RUN_PARAMS QueryDesc *queryDesc, ScanDirection direction, uint64 count
+#define TSM_EXECUTOR_RUN_ARGS queryDesc, direction, count
+#else
+#define TSM_EXECUTOR_RUN_PARAMS \
+	QueryDesc *queryDesc, ScanDirection direction, uint64 count, bool execute_once
+#define TSM_EXECUTOR_RUN_ARGS queryDesc, direction, count, execute_once
+#endif
 
 #if PG_VERSION_NUM >= 170000
 #include "storage/proc.h"

@@ -369,8 +369,8 @@ visit_relation(TsmExecution *exec, Relation rel)
 	r->relid = relid;
 	r->own = true;
 	r->rel = rel;
-	r->fetched_start = rel->pgstat_info->t_counts.t_blocks_fetched;
-	r->hit_start = rel->pgstat_info->t_counts.t_blocks_hit;
+	r->fetched_start = TSM_TABSTAT_BLOCKS_FETCHED(rel->pgstat_info);
+	r->hit_start = TSM_TABSTAT_BLOCKS_HIT(rel->pgstat_info);
 	r->fetched = 0;
 	r->hit = 0;
 }
@@ -392,8 +392,8 @@ measure_relations(TsmExecution *exec)
 		stats = r->rel->pgstat_info;
 		if (stats == NULL)
 			continue;
-		r->fetched = Max(0, stats->t_counts.t_blocks_fetched - r->fetched_start);
-		r->hit = Min(r->fetched, Max(0, stats->t_counts.t_blocks_hit - r->hit_start));
+		r->fetched = Max(0, TSM_TABSTAT_BLOCKS_FETCHED(stats) - r->fetched_start);
+		r->hit = Min(r->fetched, Max(0, TSM_TABSTAT_BLOCKS_HIT(stats) - r->hit_start));
 	}
 }
 
@@ -830,8 +830,7 @@ tsm_ExecutorStart(QueryDesc *queryDesc, int eflags)
  * being read.  Both are restored on the way out, error or not.
  */
 static void
-tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
-				bool execute_once)
+tsm_ExecutorRun(TSM_EXECUTOR_RUN_PARAMS)
 {
 	TsmExecution *saved = running;
 	TsmExecution *exec = find_tracked(queryDesc);
@@ -841,9 +840,9 @@ tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 	{
 		/* not followed (tracking off): nothing to restore on error */
 		if (prev_ExecutorRun)
-			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+			prev_ExecutorRun(TSM_EXECUTOR_RUN_ARGS);
 		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+			standard_ExecutorRun(TSM_EXECUTOR_RUN_ARGS);
 		return;
 	}
 	running = exec;
@@ -857,9 +856,9 @@ tsm_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 	PG_TRY();
 	{
 		if (prev_ExecutorRun)
-			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+			prev_ExecutorRun(TSM_EXECUTOR_RUN_ARGS);
 		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+			standard_ExecutorRun(TSM_EXECUTOR_RUN_ARGS);
 	}
 	PG_FINALLY();
 	{
@@ -1119,9 +1118,8 @@ tsm_coaccess_shmem_init(void)
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(TsmPairKey);
 	info.entrysize = sizeof(TsmPairEntry);
-	tsm_pairs = ShmemInitHash("pg_tsmove coaccess pairs",
-							  tsm_coaccess_max_pairs, tsm_coaccess_max_pairs,
-							  &info, HASH_ELEM | HASH_BLOBS);
+	tsm_pairs = tsm_shmem_init_hash("pg_tsmove coaccess pairs", tsm_coaccess_max_pairs,
+									&info, HASH_ELEM | HASH_BLOBS);
 }
 
 /* Pairs held, pairs evicted, and the last reset; takes the lock shared. */

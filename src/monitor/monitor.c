@@ -26,6 +26,7 @@
 
 #include <unistd.h>
 
+#include "access/htup_details.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"

@@ -54,6 +54,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "monitor/monitor_internal.h"
 
 /* First retry after unknown relations were seen, in ms (then doubling). */
@@ -117,9 +118,8 @@ tsm_relmap_shmem_init(void)
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(TsmRelMapKey);
 	info.entrysize = sizeof(TsmRelMapEntry);
-	tsm_relmap_hash = ShmemInitHash("pg_tsmove relation map hash",
-									tsm_relation_map_size, tsm_relation_map_size,
-									&info, HASH_ELEM | HASH_BLOBS);
+	tsm_relmap_hash = tsm_shmem_init_hash("pg_tsmove relation map hash",
+										  tsm_relation_map_size, &info, HASH_ELEM | HASH_BLOBS);
 }
 
 /*
@@ -363,14 +363,11 @@ tsm_relmap_refresh_main(Datum main_arg)
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		Form_pg_class c = (Form_pg_class) GETSTRUCT(tuple);
-		PgStat_StatTabEntry *stats;
-
 		CHECK_FOR_INTERRUPTS();
 		if (!RELKIND_HAS_STORAGE(c->relkind))
 			continue;
 		/* only relations whose blocks were ever accessed: the map stays small */
-		stats = pgstat_fetch_stat_tabentry_ext(c->relisshared, c->oid);
-		if (stats == NULL || stats->blocks_fetched == 0)
+		if (tsm_relation_blocks_fetched(c->relisshared, c->oid) == 0)
 			continue;
 		if (nfound == cap)
 		{

@@ -66,6 +66,7 @@
 #include "utils/pgstat_internal.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_tablespace_io_stats);
@@ -544,7 +545,7 @@ read_relation_counters(int *n)
 			out = repalloc(out, cap * sizeof(TsmRelCounters));
 		}
 		out[*n].key.dbid = p->key.dboid;
-		out[*n].key.relid = p->key.objoid;
+		out[*n].key.relid = TSM_PGSTAT_KEY_OBJECT(p->key);
 		LWLockAcquire(&rel->header.lock, LW_SHARED);
 		out[*n].fetched = rel->stats.blocks_fetched;
 		out[*n].hit = rel->stats.blocks_hit;

@@ -59,7 +59,6 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/relfilenodemap.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 

@@ -355,7 +355,7 @@ tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt, const char *slot_name,
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 
-	CheckSlotRequirements();
+	tsm_check_slot_requirements();
 	mirror->persistent = persistent;
 	strlcpy(mirror->slot_name, slot_name, NAMEDATALEN);
 	if (XLogRecPtrIsInvalid(resume_lsn))
@@ -430,7 +430,7 @@ tsm_mirror_drain(TsmMirror *mirror, TsmFileSet *fs)
 	if (XLogRecPtrIsInvalid(mirror->next_lsn))
 	{
 		/* start_lsn need not be a record boundary: find the first record */
-		XLogRecPtr	first = XLogFindNextRecord(reader, mirror->start_lsn);
+		XLogRecPtr	first = tsm_find_next_record(reader, mirror->start_lsn);
 
 		if (XLogRecPtrIsInvalid(first))
 		{
@@ -484,7 +484,7 @@ tsm_mirror_stop(TsmMirror *mirror, bool keep_slot)
 	{
 		if (MyReplicationSlot != NULL)
 			ReplicationSlotRelease();
-		ReplicationSlotCleanup();	/* drops a temporary one */
+		tsm_cleanup_temporary_slots();
 		if (mirror->persistent && !keep_slot &&
 			SearchNamedReplicationSlot(mirror->slot_name, true) != NULL)
 			tsm_drop_slot(mirror->slot_name);

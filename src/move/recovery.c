@@ -49,7 +49,6 @@
 #include "storage/ipc.h"
 #include "storage/smgr.h"
 #include "tcop/tcopprot.h"
-#include "utils/relfilenodemap.h"
 #include "utils/snapmgr.h"
 
 #include "move/frontend.h"
@@ -126,7 +125,7 @@ tsm_recover_job(const TsmUnfinishedJob *job, void *arg)
 	 * lost with it only if something is badly wrong): leave the files.
 	 */
 	for (int i = 0; i < job->nnew && !switched; i++)
-		if (OidIsValid(RelidByRelfilenode(job->target_spc == MyDatabaseTableSpace ?
+		if (OidIsValid(tsm_relid_by_relfilenumber(job->target_spc == MyDatabaseTableSpace ?
 										  InvalidOid : job->target_spc,
 										  job->new_relfilenodes[i])))
 			switched = true;

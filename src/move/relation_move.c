@@ -65,7 +65,6 @@
 #include "storage/smgr.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
-#include "utils/relfilenodemap.h"
 #include "utils/snapmgr.h"
 
 #include "move/relation_internal.h"
@@ -107,7 +106,7 @@ relmove_write(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page,
 	if (fork_needs_wal(m, f->key.fork))
 		log_newpage(&m->new_node, f->key.fork, blkno, page,
 					f->key.fork == MAIN_FORKNUM && m->standard_pages);
-	PageSetChecksumInplace(page, blkno);
+	tsm_page_set_checksum(page, blkno);
 	/* a resumed move overwrites what it wrote after its resume point */
 	if (f->key.fork == MAIN_FORKNUM && blkno < m->resumed_length)
 		extend = false;
@@ -144,6 +143,7 @@ truncate_storage(TsmRelFileNode node, ForkNumber fork, BlockNumber nblocks,
 				 bool wal_logged)
 {
 	SMgrRelation reln = tsm_smgropen(node);	/* not in the critical section */
+	BlockNumber old_nblocks = smgrnblocks(reln, fork);	/* nor this */
 
 	Assert(!wal_logged || fork == MAIN_FORKNUM);
 	Assert((MyProc->delayChkptFlags & (DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE)) == 0);
@@ -162,7 +162,7 @@ truncate_storage(TsmRelFileNode node, ForkNumber fork, BlockNumber nblocks,
 		lsn = XLogInsert(RM_SMGR_ID, XLOG_SMGR_TRUNCATE | XLR_SPECIAL_REL_UPDATE);
 		XLogFlush(lsn);
 	}
-	tsm_smgr_truncate(reln, fork, nblocks);
+	tsm_smgr_truncate(reln, fork, old_nblocks, nblocks);
 	END_CRIT_SECTION();
 	MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
 }

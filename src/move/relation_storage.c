@@ -26,7 +26,6 @@
 #include "access/xlogutils.h"
 #include "catalog/storage.h"
 #include "miscadmin.h"
-#include "utils/relfilenodemap.h"
 
 #include "move/relation_storage.h"
 
@@ -42,7 +41,7 @@ tsm_drop_storage(TsmRelFileNode node)
 	Relation	fake;
 	Oid			owner_relid;
 
-	owner_relid = RelidByRelfilenode(TSM_SPC(node) == MyDatabaseTableSpace ?
+	owner_relid = tsm_relid_by_relfilenumber(TSM_SPC(node) == MyDatabaseTableSpace ?
 									 InvalidOid : TSM_SPC(node),
 									 TSM_REL(node));
 	if (OidIsValid(owner_relid))

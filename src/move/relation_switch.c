@@ -101,10 +101,10 @@ collect_cached_blocks(TsmJob *job)
 		TsmRelFileNode node;
 		ForkNumber	fork;
 		BlockNumber blkno;
-		uint32		state = LockBufHdr(desc);
+		TsmBufState state = LockBufHdr(desc);
 
 		tsm_buffer_tag(desc, &node, &fork, &blkno);
-		UnlockBufHdr(desc, state);
+		tsm_unlock_buf_hdr(desc, state);
 		if (!(state & BM_VALID) || fork != MAIN_FORKNUM)
 			continue;
 		for (int i = 0; i < move->nmembers; i++)
@@ -269,7 +269,7 @@ tsm_relation_switch_commit(TsmJob *job)
 
 		SetRelationTableSpace(rel, job->row.target_spc, TSM_REL(m->new_node));
 		InvokeObjectPostAlterHook(RelationRelationId, m->relid, 0);
-		RelationAssumeNewRelfilenode(rel);
+		tsm_relation_assume_new_storage(rel);
 		relation_close(rel, NoLock);
 		CommandCounterIncrement();
 	}

@@ -115,7 +115,7 @@ tsm_db_relations_in_tablespace(Oid dbid, Oid db_spc, Oid spc,
 	dbpath = GetDatabasePath(dbid, db_spc);
 	TSM_SPC(node) = db_spc;
 	TSM_DB(node) = dbid;
-	TSM_REL(node) = RelationMapOidToFilenodeForDatabase(dbpath, RelationRelationId);
+	TSM_REL(node) = tsm_mapped_relfilenumber(dbpath, RelationRelationId);
 	smgr = tsm_smgropen(node);
 	nblocks = smgrnblocks(smgr, MAIN_FORKNUM);
 	smgrclose(smgr);

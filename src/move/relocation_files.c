@@ -87,6 +87,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "move/relocation_dbcatalog.h"
 #include "move/relocation_internal.h"
@@ -224,7 +225,7 @@ reloc_write(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page,
 	off_t		offset = (off_t) (blkno % RELSEG_SIZE) * BLCKSZ;
 	int			written;
 
-	PageSetChecksumInplace(page, blkno);
+	tsm_page_set_checksum(page, blkno);
 	written = FileWrite(file, page, BLCKSZ, offset, WAIT_EVENT_DATA_FILE_WRITE);
 	if (written != BLCKSZ)
 	{
@@ -500,7 +501,8 @@ list_files(TsmJob *job)
 		dbdir = AllocateDir(dbpath);
 		while ((fe = ReadDir(dbdir, dbpath)) != NULL)
 		{
-			int			oidchars;
+			TsmRelFileNumber number;
+			unsigned	segno;
 			ForkNumber	fork;
 			TsmRelFileNode node;
 			TsmFile    *f;
@@ -508,7 +510,7 @@ list_files(TsmJob *job)
 			if (strcmp(fe->d_name, ".") == 0 || strcmp(fe->d_name, "..") == 0 ||
 				looks_like_temp_rel_name(fe->d_name))
 				continue;
-			if (!parse_filename_for_nontemp_relation(fe->d_name, &oidchars, &fork))
+			if (!tsm_parse_relation_file_name(fe->d_name, &number, &fork, &segno))
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("unexpected file \"%s/%s\" in tablespace \"%s\"",
@@ -516,7 +518,7 @@ list_files(TsmJob *job)
 						 errhint("Remove what PostgreSQL did not create there, then relocate.")));
 			TSM_SPC(node) = st->spc;
 			TSM_DB(node) = dbid;
-			TSM_REL(node) = (TsmRelFileNumber) strtoul(fe->d_name, NULL, 10);
+			TSM_REL(node) = number;
 			f = tsm_reloc_add_file(&job->files, node, fork, true);
 			if (fork == MAIN_FORKNUM && f->nblocks == 0)
 				st->files[f->owner].tombstone = true;	/* until resolved */
@@ -570,7 +572,7 @@ creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory"),
 				 errdetail("Failed while allocating a WAL reading processor.")));
-	first = XLogFindNextRecord(reader, from);
+	first = tsm_find_next_record(reader, from);
 	if (!XLogRecPtrIsInvalid(first))
 	{
 		XLogBeginRead(reader, first);
@@ -822,10 +824,11 @@ tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 		{
 			char		from[MAXPGPATH];
 			char		to[MAXPGPATH];
-			int			oidchars;
+			TsmRelFileNumber number;
+			unsigned	segno;
 			ForkNumber	fork;
 
-			if (!parse_filename_for_nontemp_relation(fe->d_name, &oidchars, &fork))
+			if (!tsm_parse_relation_file_name(fe->d_name, &number, &fork, &segno))
 				continue;
 			snprintf(from, sizeof(from), "%s/%s", old_db, fe->d_name);
 			snprintf(to, sizeof(to), "%s/%s", new_db, fe->d_name);

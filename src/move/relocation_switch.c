@@ -293,19 +293,20 @@ adopt_unlisted_files(TsmJob *job)
 		dbdir = AllocateDir(dbpath);
 		while (ok && (fe = ReadDir(dbdir, dbpath)) != NULL)
 		{
-			int			oidchars;
+			TsmRelFileNumber number;
+			unsigned	segno;
 			ForkNumber	fork;
 			TsmRelFileNode node;
 			TsmFile    *f;
 			RelocRelKey key;
 			RelocRel   *rel;
 
-			if (!parse_filename_for_nontemp_relation(fe->d_name, &oidchars, &fork) ||
-				strchr(fe->d_name, '.') != NULL)
+			if (!tsm_parse_relation_file_name(fe->d_name, &number, &fork, &segno) ||
+				segno != 0)
 				continue;
 			TSM_SPC(node) = st->spc;
 			TSM_DB(node) = db->dbid;
-			TSM_REL(node) = (TsmRelFileNumber) strtoul(fe->d_name, NULL, 10);
+			TSM_REL(node) = number;
 			f = tsm_fileset_find(&job->files, node, fork);
 			if (f != NULL && !f->gone)
 				continue;
@@ -349,7 +350,7 @@ tsm_relocation_switch_check(TsmJob *job)
 	TsmFileSet *fs = &job->files;
 	char		what[MAXPGPATH + 64];
 	bool		old_ones_done = TransactionIdPrecedesOrEquals(st->xid_horizon,
-															  GetOldestActiveTransactionId());
+															  tsm_oldest_active_xid());
 	char	   *link;
 
 	link = tsm_read_tablespace_link(st->spc, st->spcname);

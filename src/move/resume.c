@@ -339,7 +339,7 @@ inactive_job_slots(void)
 			continue;
 		SpinLockAcquire(&slot->mutex);
 		strlcpy(rs.name, NameStr(slot->data.name), NAMEDATALEN);
-		active = (slot->active_pid != 0);
+		active = tsm_slot_active(slot);
 		rs.retained = XLogRecPtrIsInvalid(slot->data.restart_lsn) ? 0 :
 			insert - slot->data.restart_lsn;
 		SpinLockRelease(&slot->mutex);
@@ -371,7 +371,7 @@ drop_job_slot(const char *name, const char *why)
 	if (slot != NULL)
 	{
 		SpinLockAcquire(&slot->mutex);
-		idle = (slot->active_pid == 0);
+		idle = !tsm_slot_active(slot);
 		SpinLockRelease(&slot->mutex);
 	}
 	LWLockRelease(ReplicationSlotControlLock);

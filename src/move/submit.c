@@ -172,13 +172,13 @@ void
 tsm_check_move_privileges(Oid relid, const char *relname, Oid target_spc,
 						  Oid role)
 {
-	if (!pg_class_ownercheck(relid, role))
+	if (!tsm_owns_relation(relid, role))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be owner of relation \"%s\" to move it", relname),
 				 errhint("Ask its owner or a superuser to run tsmove.move().")));
 	if (target_spc != MyDatabaseTableSpace &&
-		pg_tablespace_aclcheck(target_spc, role, ACL_CREATE) != ACLCHECK_OK)
+		tsm_tablespace_aclcheck(target_spc, role, ACL_CREATE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for tablespace \"%s\"",

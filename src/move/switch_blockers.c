@@ -91,7 +91,7 @@ find_blockers(const LOCKTAG *tags, int ntags)
 				b.pid = proc->pid;
 				b.role = proc->roleId;
 				b.status_flags = proc->statusFlags;
-				b.background_worker = proc->isBackgroundWorker;
+				b.background_worker = !tsm_proc_is_client_session(proc);
 			}
 			LWLockRelease(ProcArrayLock);
 			if (b.pid == 0 || b.pid == MyProcPid)

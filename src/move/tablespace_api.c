@@ -165,7 +165,7 @@ relation_blocks(Oid relid)
 	Relation	rel;
 	int64		blocks = 0;
 
-	if (!pg_class_ownercheck(relid, GetUserId()))
+	if (!tsm_owns_relation(relid, GetUserId()))
 		return 0;
 	rel = try_relation_open(relid, AccessShareLock);
 	if (rel == NULL)
@@ -308,7 +308,7 @@ tsm_move_tablespace(PG_FUNCTION_ARGS)
 				 errmsg("cannot move relations into or out of tablespace \"pg_global\""),
 				 errhint("Only shared system catalogs live there.")));
 	if (target_spc != MyDatabaseTableSpace &&
-		pg_tablespace_aclcheck(target_spc, GetUserId(), ACL_CREATE) != ACLCHECK_OK)
+		tsm_tablespace_aclcheck(target_spc, GetUserId(), ACL_CREATE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for tablespace \"%s\"", target_name),
