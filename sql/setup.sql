@@ -1,6 +1,9 @@
 -- The extension installs into schema tsmove; tablespaces for the tests.
 CREATE EXTENSION pg_tsmove;
-\dx pg_tsmove
+-- (not \dx: psql 18 adds a column)
+SELECT e.extname, e.extversion, e.extnamespace::pg_catalog.regnamespace AS schema,
+       pg_catalog.obj_description(e.oid, 'pg_extension') AS description
+FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_tsmove';
 SELECT pg_catalog.count(*) > 0 AS has_functions
 FROM pg_catalog.pg_proc WHERE pronamespace = 'tsmove'::pg_catalog.regnamespace;
 -- in-place tablespaces (allow_in_place_tablespaces) live under pg_tblspc
