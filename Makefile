@@ -15,7 +15,7 @@ OBJS         = src/pg_tsmove.o \
                src/move/relocation_files.o src/move/relocation_switch.o \
                src/move/relocation_finish.o src/move/relocation_recovery.o \
                src/move/relocation_backups.o src/move/relocation_barrier.o \
-               src/move/relocation_dbcatalog.o src/move/relocation_marks.o \
+               src/move/relocation_dbcatalog.o src/move/relocation_marks.o src/move/durable_file.o \
                src/move/worker.o src/move/recovery.o src/move/launcher.o \
                src/move/job_api.o src/move/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \

@@ -43,6 +43,9 @@ def pytest_configure(config):
         "markers", "data_checksums: initdb the primary with --data-checksums")
     config.addinivalue_line(
         "markers", "pg_conf(*lines): extra postgresql.conf lines for the primary")
+    config.addinivalue_line(
+        "markers", "matrix: also run on every other PostgreSQL major in CI (moves, "
+        "relocation, backups, crashes, resume)")
 
 
 @pytest.hookimpl(wrapper=True)

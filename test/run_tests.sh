@@ -10,6 +10,13 @@
 # pg_regress --temp-instance refuses to run as root, so it runs as the
 # postgres user in a copy of the source tree that this user owns; pytest
 # runs as root and starts its servers as postgres itself.
+#
+# PG_MAJOR (15, the default, 16, 17, 18 or 19) says which PostgreSQL to
+# test against; a major other than 15 is installed first, when missing,
+# by tools/install-postgres.sh (PG_CASSERT=1: its assert-enabled build).
+# PYTEST_SCOPE: "all" (the default on 15) runs every pytest test, "matrix"
+# (the default on the others) those marked matrix: moves, relocation,
+# backups, crashes and resume.
 
 set -u
 if [ "$(id -u)" -ne 0 ]; then
@@ -22,6 +29,18 @@ source test/install_deps.sh
 export PYTHONDONTWRITEBYTECODE=1
 
 install_deps "$REPO_DIR" || { echo "run_tests: installing dependencies failed" >&2; exit 1; }
+PG_MAJOR=${PG_MAJOR:-15}
+if [ "$PG_MAJOR" != 15 ] || [ -n "${PG_CASSERT:-}" ]; then
+    prefix=$(bash tools/install-postgres.sh "$PG_MAJOR" | tail -1) && [ -x "$prefix/bin/pg_config" ] \
+        || { echo "run_tests: installing PostgreSQL $PG_MAJOR failed" >&2; exit 1; }
+    PG_CONFIG=$prefix/bin/pg_config
+fi
+PG_BIN=$("$PG_CONFIG" --bindir)
+export PG_CONFIG PG_BIN
+PYTEST_SCOPE=${PYTEST_SCOPE:-$([ "$PG_MAJOR" = 15 ] && echo all || echo matrix)}
+echo "run_tests: $("$PG_CONFIG" --version) from $PG_BIN; pytest: $PYTEST_SCOPE"
+# a clean build: objects of another major must not be linked in
+make clean PG_CONFIG="$PG_CONFIG" >/dev/null
 make PG_CONFIG="$PG_CONFIG" && make install PG_CONFIG="$PG_CONFIG" \
     || { echo "run_tests: build failed" >&2; exit 1; }
 
@@ -55,13 +74,18 @@ else
 fi
 
 # ---- pytest -----------------------------------------------------------------
-"$PYTHON" -m pytest -v -p no:cacheprovider test/ 2>&1 | tee "$REGRESS_DIR/pytest.out"
+if [ "$PYTEST_SCOPE" = all ]; then
+    pytest_args=()
+else
+    pytest_args=(-m "$PYTEST_SCOPE")
+fi
+"$PYTHON" -m pytest -v -p no:cacheprovider "${pytest_args[@]}" test/ 2>&1 | tee "$REGRESS_DIR/pytest.out"
 pytest_rc=${PIPESTATUS[0]}
 pytest_summary="pytest: $(grep -E '^=+ .* in [0-9.]+s' "$REGRESS_DIR/pytest.out" \
                           | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')"
 
 echo
-echo "===== summary ====="
+echo "===== summary: PostgreSQL $PG_MAJOR$([ -n "${PG_CASSERT:-}" ] && echo ", assertions on") ====="
 echo "$regress_summary"
 echo "$pytest_summary"
 if [ $regress_rc -ne 0 ] || [ $pytest_rc -ne 0 ]; then

@@ -101,6 +101,7 @@ def test_crash_under_load(primary, standby, phase, home, end_state):
 
 @pytest.mark.pg_conf("pg_tsmove.pacing = fixed", "checkpoint_timeout = 30min",
                      "wal_keep_size = 1GB")   # the standby catches up after the crash
+@pytest.mark.matrix
 def test_crash_before_the_first_resume_point_without_standby(primary):
     shadow = ShadowTpcb(primary, scale=SCALE, tablespace="ts_a")
     job = crash_during(primary, shadow, "copying")

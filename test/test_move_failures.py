@@ -212,6 +212,7 @@ def test_drop_extension_during_move_leaves_no_files(primary):
     ("switching", "off", "failed", "ts_a"),
     ("switching", "on", None, None),
     ("warming", "on", "done", "ts_b")])
+@pytest.mark.matrix
 def test_crash_at_the_switch(primary, phase, resume, state, survivor):
     """kill -9 while the switch holds its exclusive lock with the catalog
     changed but not committed (the table stays where it was, the new files

@@ -54,6 +54,7 @@ def assert_tpcb_intact(primary, result):
 
 # Adaptive pacing gives way to pgbench down to min_rate_mb: a floor of 32 MB/s
 # keeps the move inside the load while its probes and holds still run.
+@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.min_rate_mb = 32")
 def test_move_accounts_under_tpcb_load(primary):
     job, result = move_accounts_under_load(primary, with_indexes=True)
@@ -113,6 +114,7 @@ def test_index_alone_under_load(primary):
 
 # fixed pacing: the standby's replay adds to the load, and adaptive pacing
 # would then give way for longer than pgbench runs
+@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.pacing = fixed")
 def test_standby_equal_after_move_under_load(primary, standby):
     job, result = move_accounts_under_load(primary)
@@ -180,6 +182,7 @@ def test_toasted_values_equal_after_move_under_updates(primary):
                 (SELECT reltoastrelid FROM pg_class WHERE relname = 'docs')))""") == 2
 
 
+@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.switch_lock_timeout = 20ms")
 def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     """A long reader holds a lock the switch needs.  The switch must not

@@ -17,7 +17,8 @@ import pytest
 
 from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
                    wait_for, wait_for_state, wait_job, worker_lock_modes)
-from pgcluster import make_server_dir
+from integrity import ShadowTpcb
+from pgcluster import make_server_dir, processes_under
 
 SECOND_DB = "second"
 
@@ -157,6 +158,7 @@ def two_databases(primary):
 
 # Adaptive pacing, held at 16 MB/s by min_rate_mb: under saturating load the
 # pacer would otherwise give way for longer than pgbench runs.
+@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.min_rate_mb = 16")
 def test_relocation_under_load_in_two_databases(two_databases):
     """pgbench TPC-B runs in one database, the other holds every index
@@ -279,6 +281,7 @@ def make_relocatable_table(cluster):
 
 @pytest.mark.parametrize("moment, survivor", [
     ("copying", "old"), ("switching", "old"), ("warming", "new")])
+@pytest.mark.matrix
 def test_crash_during_relocation(primary, moment, survivor):
     """kill -9 while copying, while holding the switch's locks before the
     rename, and just after the rename: after restart exactly one location
@@ -321,6 +324,66 @@ def test_crash_during_relocation(primary, moment, survivor):
     assert primary.amcheck() == [] and primary.orphan_files() == []
 
 
+def files_open_under(cluster, directory):
+    """[(pid, path)] of the cluster's processes' open files inside directory."""
+    directory = os.path.realpath(directory) + os.sep
+    found = []
+    for pid in processes_under(cluster.data_dir):
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if target.startswith(directory):
+                found.append((pid, target))
+    return found
+
+
+def io_method_available(cluster, io_method):
+    if int(cluster.sql_scalar("SHOW server_version_num")) < 180000:
+        return "io_method is new in PostgreSQL 18"
+    if not cluster.sql_scalar("SELECT %s = ANY (enumvals) FROM pg_settings "
+                              "WHERE name = 'io_method'", (io_method,)):
+        return "this server was built without " + io_method
+    if io_method == "io_uring" and os.path.exists("/proc/sys/kernel/io_uring_disabled"):
+        with open("/proc/sys/kernel/io_uring_disabled") as f:
+            if f.read().strip() != "0":
+                return "io_uring is disabled in this kernel"
+    return None
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("io_method", ["worker", "io_uring", "sync"])
+def test_relocation_under_each_io_method(primary, io_method):
+    """PostgreSQL 18's asynchronous I/O: with io_method = worker the I/O
+    workers open relation files themselves and keep the descriptors, with
+    io_uring the backends do.  A relocation under TPC-B with each method:
+    after the switch no process of the server holds a file of the old
+    location open, and no row is lost or resurrected."""
+    why_not = io_method_available(primary, io_method)
+    if why_not:
+        pytest.skip(why_not)
+    primary.sql("ALTER SYSTEM SET io_method = '%s'" % io_method)
+    primary.restart()
+    assert primary.sql_scalar("SHOW io_method") == io_method
+    shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    bench = shadow.run_background(seconds=15, clients=2, jobs=1)
+    time.sleep(1)
+    job = relocate(primary, "ts_a", new)
+    assert wait_job(primary, job, 300) == "done", job_row(primary, job)
+    assert files_open_under(primary, old) == []
+    bench.wait()
+    assert location_of(primary, "ts_a") == new
+    assert shadow.problems() == [] and primary.orphan_files() == []
+
+
+@pytest.mark.matrix
 @pytest.mark.pg_conf("checkpoint_timeout = 30min")
 def test_truncation_below_a_segment_boundary_during_relocation(primary):
     """VACUUM cuts a relation of more than 1 GB below a segment boundary
@@ -378,6 +441,7 @@ def test_switch_waits_for_a_checkpoint_after_the_creation(primary):
     assert primary.amcheck() == [] and primary.orphan_files() == []
 
 
+@pytest.mark.matrix
 def test_ddl_during_relocation(primary):
     """Tables created, truncated, vacuumed (truncating their end) and
     dropped in the tablespace while it moves; a transaction that creates a

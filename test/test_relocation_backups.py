@@ -81,6 +81,7 @@ def start_plain_backup(primary, old, new):
     return restored, restored_ts, backup
 
 
+@pytest.mark.matrix
 def test_pg_basebackup_in_the_switch_window(primary):
     """pg_basebackup starts after the switch's check, while the worker holds
     the locks before the rename (debug_pause_at 'switching'): the switch
@@ -111,6 +112,7 @@ def test_pg_basebackup_in_the_switch_window(primary):
     assert shadow.problems() == []
 
 
+@pytest.mark.matrix
 def test_low_level_backup_postpones_the_switch(primary):
     """A backup taken the way pgBackRest takes it: pg_backup_start(), copy
     the data directory and each tablespace's version directory through the
@@ -289,6 +291,7 @@ def test_spilled_cursor_keeps_its_rows(primary):
     assert location_of(primary, "ts_a") == new
 
 
+@pytest.mark.matrix
 def test_backup_started_at_the_rename_reads_the_new_location(primary):
     """pg_basebackup started after the switch's last look, just before the
     rename (debug_pause_at 'renaming', checkpoints held back): its start

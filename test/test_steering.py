@@ -45,6 +45,7 @@ def assert_pgbench_data_clean(cluster):
     assert cluster.orphan_files() == []
 
 
+@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.pacing = fixed")
 def test_pause_and_resume_under_load(primary):
     """A paused job copies nothing while pgbench runs, shows 'paused', keeps
@@ -192,6 +193,7 @@ def resume_job_at_half(primary, resume_on):
     return job, half["blocks_copied"]
 
 
+@pytest.mark.matrix
 def test_resume_after_kill9(primary):
     """kill -9 at half of a move under pgbench: after restart the move goes
     on from its last resume point, not from block 0, and finishes; the data

@@ -12,6 +12,8 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from moves import job_row, wait_for, wait_job
 from pgcluster import PG_BIN
 from test_relocation import location_of, make_relocatable_table, new_location, relocate
@@ -30,6 +32,7 @@ def stalled_copy_client(cluster):
     return client, rows[0][0]
 
 
+@pytest.mark.matrix
 def test_stalled_client_holds_no_switch_lock(primary):
     expected = make_relocatable_table(primary)
     old = location_of(primary, "ts_a")

@@ -49,6 +49,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "executor/instrument.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -187,7 +188,7 @@ tsm_ctl_save_in_transaction(TsmJobCtl *ctl, const char *error)
 void
 tsm_ctl_save(TsmJobCtl *ctl, const char *error)
 {
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	tsm_ctl_save_in_transaction(ctl, error);
 	CommitTransactionCommand();
 }
@@ -526,4 +527,42 @@ tsm_worker_session_settings(void)
 		SetConfigOption(worker_settings[i][0], worker_settings[i][1],
 						PGC_SUSET, PGC_S_SESSION);
 	compress_page_images();
+}
+
+/* ---- whose rights a job's transactions have ---- */
+
+static Oid	job_role = InvalidOid;
+static bool job_role_callback_registered = false;
+
+/* At the end of each transaction of a job: back to the worker's own identity. */
+static void
+job_role_xact_callback(XactEvent event, void *arg)
+{
+	if (!OidIsValid(job_role))
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, 0);
+}
+
+void
+tsm_job_run_as(Oid role)
+{
+	Assert(!IsTransactionState());
+	if (!job_role_callback_registered)
+	{
+		RegisterXactCallback(job_role_xact_callback, NULL);
+		job_role_callback_registered = true;
+	}
+	job_role = role;
+}
+
+void
+tsm_job_start_transaction(void)
+{
+	StartTransactionCommand();
+	if (OidIsValid(job_role))
+		SetUserIdAndSecContext(job_role,
+							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 }

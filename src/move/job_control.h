@@ -84,4 +84,15 @@ extern bool tsm_ctl_shutdown_requested(void);
 /* the session of a job worker or a recovery worker */
 extern void tsm_worker_session_settings(void);
 
+/*
+ * A job's transactions run as its submitter, in a security-restricted
+ * operation: tsm_job_run_as(submitter) before the job, InvalidOid after it;
+ * tsm_job_start_transaction() instead of StartTransactionCommand() in the
+ * job's phases.  The role and the restriction last from the start of each
+ * transaction to its end (PostgreSQL allows no security context outside a
+ * transaction: StartTransaction asserts it).
+ */
+extern void tsm_job_run_as(Oid role);
+extern void tsm_job_start_transaction(void);
+
 #endif							/* TSM_JOB_CONTROL_H */

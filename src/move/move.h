@@ -48,7 +48,8 @@
  *	copy.c			pages through shared buffers to the sink: fileset.c,
  *					job_control.c.
  *	mirror.c		changed blocks from the WAL: fileset.c.
- *	resume.c		resume points: fileset.c, relation_storage.c.
+ *	resume.c		resume points: fileset.c, relation_storage.c,
+ *					durable_file.c.
  *	fileset.c		the files, cursors and dirty blocks: nothing.
  *
  * 4. Services, each calling only those after it here.
@@ -57,7 +58,9 @@
  *					job_record.c, pacing.c, queue.c.
  *	pacing.c, switch_blockers.c: settings.c only.
  *	relation_storage.c, relocation_backups.c, relocation_barrier.c,
- *	relocation_dbcatalog.c, relocation_marks.c: nothing.
+ *	relocation_dbcatalog.c: nothing.
+ *	relocation_marks.c	whose directory a relocation's is: durable_file.c.
+ *	durable_file.c	a small file written whole and durably: nothing.
  *	job_record.c	the job table, the names of states: nothing.
  *	queue.c			the shared state (slots, pending databases):
  *					settings.c.

@@ -427,7 +427,7 @@ tsm_relation_prepare(TsmJob *job)
 	job->ctl.check_conflicts_arg = job;
 	tsm_fileset_init(&job->files, &job->ctl, &relmove_sink, move);
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	move->target_name = MemoryContextStrdup(job->cxt, get_tablespace_name(job->row.target_spc));
 	relname = get_rel_name(job->row.relid);
 	if (relname == NULL)
@@ -507,7 +507,7 @@ tsm_relation_prepare(TsmJob *job)
 	 * (tsm_relation_switch_check).  Nothing changes a relation under an
 	 * exclusive session lock, so that mode has no mirror (worker.c).
 	 */
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	for (int i = 0; i < move->nmembers; i++)
 	{
 		TsmRelMember *m = &move->members[i];
@@ -573,7 +573,7 @@ warm_cache(TsmJob *job)
 {
 	TsmRelMove *move = (TsmRelMove *) job->state;
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	for (int i = 0; i < move->nmembers; i++)
 	{
 		TsmRelMember *m = &move->members[i];
@@ -674,7 +674,7 @@ tsm_relation_cleanup(TsmJob *job)
 		return;
 	if (job->row.nmembers > 0)
 	{
-		StartTransactionCommand();
+		tsm_job_start_transaction();
 		if (job->switch_committed)
 			tsm_relation_drop_old(job);
 		else

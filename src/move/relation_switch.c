@@ -160,7 +160,7 @@ tsm_relation_switch_lock(TsmJob *job)
 	int			failed_at;
 
 	collect_cached_blocks(job);
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	else if (tsm_last_blockers_remain(&job->block, tags, move->nmembers))

@@ -620,7 +620,7 @@ tsm_relocation_prepare(TsmJob *job)
 	tsm_fileset_init(&job->files, &job->ctl, &relocation_sink, st);
 	job->files.follow_tablespace = st->spc;
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	SET_LOCKTAG_OBJECT(tag, InvalidOid, TableSpaceRelationId, st->spc, 0);
 	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
 		ereport(ERROR,
@@ -668,7 +668,7 @@ tsm_relocation_prepare(TsmJob *job)
 	st->needs_checkpoint = creation_in_replayed_wal(st->spc, st->start_lsn);
 	if (st->needs_checkpoint)
 		RequestCheckpoint(CHECKPOINT_FORCE);	/* spread: the copy takes a while */
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	list_files(job);
 	tsm_reloc_resolve(job, true);
 	CommitTransactionCommand();

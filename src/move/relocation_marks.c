@@ -36,6 +36,7 @@
 #include "miscadmin.h"
 #include "storage/fd.h"
 
+#include "move/durable_file.h"
 #include "move/relocation_marks.h"
 
 static void
@@ -72,30 +73,9 @@ tsm_relocmark_write(const char *location, int64 job_id)
 {
 	char		path[MAXPGPATH];
 	char	   *content = mark_content(job_id);
-	int			len = strlen(content);
-	int			fd;
 
 	mark_path(path, location, job_id);
-	fd = OpenTransientFile(path, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	if (fd < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not create file \"%s\": %m", path)));
-	errno = 0;
-	if (write(fd, content, len) != len)
-	{
-		if (errno == 0)
-			errno = ENOSPC;
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not write file \"%s\": %m", path)));
-	}
-	if (pg_fsync(fd) != 0)
-		ereport(data_sync_elevel(ERROR),
-				(errcode_for_file_access(),
-				 errmsg("could not fsync file \"%s\": %m", path)));
-	CloseTransientFile(fd);
-	fsync_fname(location, true);
+	tsm_write_file_durably(path, content, strlen(content));
 	pfree(content);
 }
 

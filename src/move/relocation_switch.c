@@ -163,7 +163,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 	int			n = 0;
 	int			laggard;
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	tsm_reloc_resolve(job, true);
 	if (st->locked)
 		pfree(st->locked);

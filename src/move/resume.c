@@ -52,6 +52,7 @@
 #include "replication/slot.h"
 #include "storage/fd.h"
 
+#include "move/durable_file.h"
 #include "move/relation_storage.h"
 #include "move/resume.h"
 
@@ -102,11 +103,9 @@ tsm_resume_write(Oid dbid, int64 job_id, XLogRecPtr resume_lsn, TsmFileSet *fs,
 				 Oid target_spc, int nnew, const TsmRelFileNumber *new_nodes)
 {
 	char		path[MAXPGPATH];
-	char		tmp[MAXPGPATH];
 	StringInfoData buf;
 	ResumeHeader header;
 	pg_crc32c	crc;
-	int			fd;
 
 	initStringInfo(&buf);
 	memset(&header, 0, sizeof(header));
@@ -144,27 +143,7 @@ tsm_resume_write(Oid dbid, int64 job_id, XLogRecPtr resume_lsn, TsmFileSet *fs,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", TSM_RESUME_DIR)));
 	resume_path(path, dbid, job_id);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	if (fd < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not create file \"%s\": %m", tmp)));
-	errno = 0;
-	if (write(fd, buf.data, buf.len) != buf.len)
-	{
-		if (errno == 0)
-			errno = ENOSPC;
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not write file \"%s\": %m", tmp)));
-	}
-	if (pg_fsync(fd) != 0)
-		ereport(data_sync_elevel(ERROR),
-				(errcode_for_file_access(),
-				 errmsg("could not fsync file \"%s\": %m", tmp)));
-	CloseTransientFile(fd);
-	(void) durable_rename(tmp, path, ERROR);
+	tsm_write_file_durably(path, buf.data, buf.len);
 	pfree(buf.data);
 }
 

@@ -183,7 +183,7 @@ make_resume_point(TsmJob *job, bool force)
 		return;
 	tsm_mirror_drain(&job->mirror, &job->files);
 	lsn = tsm_mirror_position(&job->mirror);
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	tsm_fileset_sync(&job->files);
 	CommitTransactionCommand();
 	tsm_resume_write(MyDatabaseId, job->row.job_id, lsn, &job->files,
@@ -243,7 +243,7 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 		int64		batch = 0;
 		int			visited = 0;
 
-		StartTransactionCommand();
+		tsm_job_start_transaction();
 		while (batch < TSM_BATCH_BLOCKS && visited < fs->nfiles &&
 			   copied + batch < max_blocks)
 		{
@@ -360,7 +360,7 @@ catch_up_and_switch(TsmJob *job)
 			/* The switch copies the backlog at full speed: pay for it first. */
 			tsm_ctl_throttle(ctl, backlog * 2 * BLCKSZ);
 			/* and what was copied since the last sync is synced unlocked */
-			StartTransactionCommand();
+			tsm_job_start_transaction();
 			tsm_fileset_sync(&job->files);
 			CommitTransactionCommand();
 			if (try_switch(job))
@@ -416,7 +416,7 @@ run_job(TsmJob *job)
 	tsm_ctl_debug_pause(&job->ctl, "copying");
 	copy_round(job, PG_INT64_MAX, false);
 	/* sync the bulk copy now, with no lock held: the switch syncs little */
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	tsm_fileset_sync(&job->files);
 	CommitTransactionCommand();
 
@@ -431,7 +431,7 @@ run_job(TsmJob *job)
 	 */
 	job->ctl.progress.state = TSM_DONE;
 	tsm_ctl_note(&job->ctl, "%s", "");
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	if (job->front->drop_old)
 		job->front->drop_old(job);
 	tsm_ctl_save_in_transaction(&job->ctl, NULL);
@@ -532,7 +532,7 @@ claim_job(TsmJob *job)
 	bool		found;
 	bool		more = false;
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(job->cxt);
 	found = tsm_jobrec_claim_next(&job->row);
@@ -593,8 +593,7 @@ run_next_job(void)
 		if (job->row.resuming)
 			tsm_ctl_continue_counters(&job->ctl, &job->row.earlier);
 		next_file = 0;
-		SetUserIdAndSecContext(job->row.submitted_by,
-							   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+		tsm_job_run_as(job->row.submitted_by);
 		PG_TRY();
 		{
 			run_job(job);
@@ -612,7 +611,7 @@ run_next_job(void)
 			RESUME_INTERRUPTS();
 		}
 		PG_END_TRY();
-		SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, 0);
+		tsm_job_run_as(InvalidOid);
 		tsm_fileset_free(&job->files);
 
 		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
@@ -633,7 +632,7 @@ extension_installed(void)
 {
 	bool		installed;
 
-	StartTransactionCommand();
+	tsm_job_start_transaction();
 	installed = OidIsValid(get_extension_oid("pg_tsmove", true));
 	CommitTransactionCommand();
 	return installed;
