@@ -8,7 +8,7 @@
  * these wrappers where 16, 17, 18 or 19 renamed or changed something:
  *	16: RelFileNode -> RelFileLocator (and relfilenumber), buffer tag
  *		accessors, object_ownercheck/object_aclcheck, the table statistics'
- *		field names;
+ *		field names, the barrier's wait message;
  *	17: BackendId -> ProcNumber, ReplicationSlotCreate's and
  *		ReplicationSlotCleanup's arguments, parse_filename_for_nontemp_relation,
  *		PG_TEMP_FILES_DIR's header;
@@ -333,6 +333,17 @@ tsm_shmem_init_hash(const char *name, long max_size, HASHCTL *info, int flags)
 	return ShmemInitHash(name, max_size, max_size, info, flags);
 #endif
 }
+
+/*
+ * The LOG line of WaitForProcSignalBarrier() that names the process it
+ * waits for, untranslated (an ErrorData's message_id): 16 prints the PID
+ * with %d.
+ */
+#if PG_VERSION_NUM >= 160000
+#define TSM_BARRIER_WAIT_MESSAGE "still waiting for backend with PID %d to accept ProcSignalBarrier"
+#else
+#define TSM_BARRIER_WAIT_MESSAGE "still waiting for backend with PID %lu to accept ProcSignalBarrier"
+#endif
 
 /* Drop this process's temporary slots. */
 static inline void

@@ -39,10 +39,9 @@
 #include "utils/resowner.h"
 #include "utils/timeout.h"
 
+#include "compat.h"
 #include "move/relocation_barrier.h"
 
-/* WaitForProcSignalBarrier()'s message, untranslated (its message_id). */
-#define BARRIER_WAIT_MESSAGE "still waiting for backend with PID %lu to accept ProcSignalBarrier"
 
 static TimeoutId probe_timeout = MAX_TIMEOUTS;
 static volatile sig_atomic_t probe_timed_out = false;
@@ -64,7 +63,7 @@ static void
 capture_laggard(ErrorData *edata)
 {
 	if (probing && edata->elevel == LOG && edata->message_id != NULL &&
-		strcmp(edata->message_id, BARRIER_WAIT_MESSAGE) == 0 && edata->message != NULL)
+		strcmp(edata->message_id, TSM_BARRIER_WAIT_MESSAGE) == 0 && edata->message != NULL)
 	{
 		const char *p = edata->message;
 
