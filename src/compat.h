@@ -9,7 +9,7 @@
  *	16: RelFileNode -> RelFileLocator (and relfilenumber), buffer tag
  *		accessors, object_ownercheck/object_aclcheck, the table statistics'
  *		field names, the barrier's wait message;
- *	17: BackendId -> ProcNumber, ReplicationSlotCreate's and
+ *	17: BackendId -> ProcNumber, pinned smgr handles, ReplicationSlotCreate's and
  *		ReplicationSlotCleanup's arguments, parse_filename_for_nontemp_relation,
  *		PG_TEMP_FILES_DIR's header;
  *	18: smgrtruncate takes the old sizes, ReplicationSlotAcquire's
@@ -34,6 +34,8 @@
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
+#include "access/xlogutils.h"
+#include "catalog/storage.h"
 #include "catalog/catalog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
@@ -128,6 +130,16 @@ tsm_read_buffer(TsmRelFileNode node, ForkNumber fork, BlockNumber blkno,
 {
 	return ReadBufferWithoutRelcache(node, fork, blkno, mode, strategy, permanent);
 }
+
+/*
+ * A page buffer for smgrextend/smgrwrite: from 16 on they require the
+ * alignment of direct I/O (md.c asserts it), PG_IO_ALIGN_SIZE.
+ */
+#if PG_VERSION_NUM >= 160000
+typedef PGIOAlignedBlock TsmIOBlock;
+#else
+typedef PGAlignedBlock TsmIOBlock;
+#endif
 
 /* smgrextend/smgrwrite take a const buffer from 16 on; same arguments. */
 static inline void
@@ -440,6 +452,26 @@ tsm_relid_by_relfilenumber(Oid tablespace, TsmRelFileNumber number)
 #else
 	return RelidByRelfilenode(tablespace, number);
 #endif
+}
+
+/*
+ * Schedule a relfilenode's storage for removal at commit, as DROP does
+ * (RelationDropStorage, through a fake relcache entry).  From 17 on, the
+ * fake entry's smgr handle is opened unpinned, while RelationDropStorage
+ * unpins the handle it closes: pin it first, or an assert-enabled server
+ * fails its assertion.
+ */
+static inline void
+tsm_drop_relation_storage(TsmRelFileNode node)
+{
+	Relation	fake = CreateFakeRelcacheEntry(node);
+
+#if PG_VERSION_NUM >= 170000
+	if (fake->rd_smgr != NULL)
+		smgrpin(fake->rd_smgr);
+#endif
+	RelationDropStorage(fake);
+	FreeFakeRelcacheEntry(fake);
 }
 
 /* A relation got new storage in this transaction (as SET TABLESPACE does). */

@@ -56,7 +56,7 @@ tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page)
 static void
 copy_block(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, bool extend)
 {
-	PGAlignedBlock page;
+	TsmIOBlock	page;			/* the sink may hand it to smgrextend() */
 
 	tsm_read_page(fs, f, blkno, page.data);
 	fs->ops->write(fs, f, blkno, page.data, extend);

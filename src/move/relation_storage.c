@@ -38,7 +38,6 @@
 void
 tsm_drop_storage(TsmRelFileNode node)
 {
-	Relation	fake;
 	Oid			owner_relid;
 
 	owner_relid = tsm_relid_by_relfilenumber(TSM_SPC(node) == MyDatabaseTableSpace ?
@@ -51,9 +50,7 @@ tsm_drop_storage(TsmRelFileNode node)
 						TSM_REL(node), owner_relid)));
 		return;
 	}
-	fake = CreateFakeRelcacheEntry(node);
-	RelationDropStorage(fake);
-	FreeFakeRelcacheEntry(fake);
+	tsm_drop_relation_storage(node);
 }
 
 /* tsm_drop_storage() of each of n relfilenodes of this database in a tablespace. */
