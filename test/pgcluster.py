@@ -61,6 +61,7 @@ Integrity checks
 """
 
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -141,6 +142,14 @@ def reap(pids):
             pass
 
 
+@functools.lru_cache(maxsize=None)
+def initdb_has_option(option):
+    """Whether this server's initdb knows option (its --help names it)."""
+    proc = subprocess.run([os.path.join(PG_BIN, "initdb"), "--help"],
+                          capture_output=True, text=True, check=False)
+    return option in proc.stdout
+
+
 def processes_under(directory):
     """{pid: command line} of live processes whose cwd is inside directory."""
     directory = os.path.realpath(directory)
@@ -193,6 +202,8 @@ class Cluster:
                 "--locale", "C", "--no-sync"]
         if checksums:
             argv.append("--data-checksums")
+        elif initdb_has_option("--no-data-checksums"):
+            argv.append("--no-data-checksums")      # 18 turned them on by default
         run_server_program(argv, timeout=120)
         conf = [
             "listen_addresses = ''",

@@ -79,7 +79,7 @@ if [ "$PYTEST_SCOPE" = all ]; then
 else
     pytest_args=(-m "$PYTEST_SCOPE")
 fi
-"$PYTHON" -m pytest -v -p no:cacheprovider "${pytest_args[@]}" test/ 2>&1 | tee "$REGRESS_DIR/pytest.out"
+"$PYTHON" -m pytest -v -p no:cacheprovider --durations=25 "${pytest_args[@]}" test/ 2>&1 | tee "$REGRESS_DIR/pytest.out"
 pytest_rc=${PIPESTATUS[0]}
 pytest_summary="pytest: $(grep -E '^=+ .* in [0-9.]+s' "$REGRESS_DIR/pytest.out" \
                           | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')"

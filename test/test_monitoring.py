@@ -495,7 +495,10 @@ def test_advise_relieves_a_busy_device(loop_filesystems, primary):
     (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
     tablespace_on(primary, "busy", busy_mnt)
     tablespace_on(primary, "idle", idle_mnt)
-    make_table(primary, "hot", "busy")
+    # larger than shared_buffers, so that every scan reads it again: from 16
+    # on, extending a relation no longer counts as reading it, and a table
+    # that fits stays in the cache after its INSERT
+    make_table(primary, "hot", "busy", rows=120000)
     make_table(primary, "cold", "idle", rows=3000)
 
     stop = threading.Event()

@@ -182,7 +182,6 @@ def test_toasted_values_equal_after_move_under_updates(primary):
                 (SELECT reltoastrelid FROM pg_class WHERE relname = 'docs')))""") == 2
 
 
-@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.switch_lock_timeout = 20ms")
 def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     """A long reader holds a lock the switch needs.  The switch must not

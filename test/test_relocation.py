@@ -441,7 +441,6 @@ def test_switch_waits_for_a_checkpoint_after_the_creation(primary):
     assert primary.amcheck() == [] and primary.orphan_files() == []
 
 
-@pytest.mark.matrix
 def test_ddl_during_relocation(primary):
     """Tables created, truncated, vacuumed (truncating their end) and
     dropped in the tablespace while it moves; a transaction that creates a

@@ -45,7 +45,6 @@ def assert_pgbench_data_clean(cluster):
     assert cluster.orphan_files() == []
 
 
-@pytest.mark.matrix
 @pytest.mark.pg_conf("pg_tsmove.pacing = fixed")
 def test_pause_and_resume_under_load(primary):
     """A paused job copies nothing while pgbench runs, shows 'paused', keeps

@@ -450,6 +450,15 @@ abort_job(TsmJob *job, ErrorData *edata)
 	bool		cancelled = (edata->sqlerrcode == ERRCODE_QUERY_CANCELED);
 	const char *volatile message = edata->message;
 
+	/*
+	 * Runs with interrupts held.  An ERROR caught below resets
+	 * InterruptHoldoffCount to zero (errfinish does, before its longjmp):
+	 * each catch restores it, or the caller's RESUME_INTERRUPTS() would
+	 * wrap the count around and hold every interrupt of this worker for
+	 * good.
+	 */
+	const uint32 holdoff = InterruptHoldoffCount;
+
 	AbortOutOfAnyTransaction();
 
 	/*
@@ -482,6 +491,8 @@ abort_job(TsmJob *job, ErrorData *edata)
 	}
 	PG_CATCH();
 	{
+		/* the error zeroed the count our caller's HOLD_INTERRUPTS() raised */
+		InterruptHoldoffCount = holdoff;
 		EmitErrorReport();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
@@ -507,6 +518,7 @@ abort_job(TsmJob *job, ErrorData *edata)
 	}
 	PG_CATCH();
 	{
+		InterruptHoldoffCount = holdoff;
 		EmitErrorReport();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();

@@ -197,7 +197,11 @@ def run_alter(run):
 
 def repack_available(cluster):
     if not _repack_exe():
-        return "pg_repack is not installed"
+        return "not available in this build (pg_repack is not installed)"
+    if not cluster.sql_scalar("SELECT count(*) FROM pg_available_extensions "
+                              "WHERE name = 'pg_repack'"):
+        return ("not available in this build (no pg_repack for PostgreSQL %s)"
+                % cluster.sql_scalar("SHOW server_version"))
     return None
 
 
