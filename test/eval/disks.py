@@ -4,11 +4,21 @@ The essay's experiment needs two disks, so that moving tablespace TSB from
 HDA to HDB separates the tables a merge join reads together.  This machine
 has one disk, so as root we build two:
 
-    image file --losetup --direct-io--> /dev/loopN --mkfs.ext4--> mount
+    inner image --losetup --direct-io--> /dev/loopI --mkfs.ext4--> mount B
+    B/disk.img  --losetup --direct-io--> /dev/loopO --mkfs.ext4--> mount HDx
 
-and throttle each loop device with cgroup v1 blkio (IOPS and bandwidth,
+throttle each inner loop device with cgroup v1 blkio (IOPS and bandwidth,
 reads and writes), and bound the server's memory with a cgroup v1 memory
-limit so that the page cache cannot hide the throttled disks.
+limit so that the page cache cannot hide the throttled disks.  The
+tablespaces live on the outer device.  Two layers, because blk-throttle
+holds requests above the device it throttles: a throttled device looks
+idle in /proc/diskstats (measured: 15 % utilisation at its IOPS limit).
+The outer device's requests stay in flight while the inner one's wait in
+the throttle, so the outer device's utilisation, queue and await are
+those of a saturated disk (96 % at the limit), which is what
+tsmove.tablespace_io, advise() and the autopilot read.  The loop driver
+issues the outer device's I/O in the cgroup of the process that asked for
+it, so the server's cgroup limits still apply.
 
     disks = Disks(workdir, DiskLimits(...), mode="auto")
     disks.setup()                      # mounts disks.hda, disks.hdb
@@ -136,7 +146,8 @@ class Disks:
         self.warning = None
         self.hda = os.path.join(workdir, "hda")
         self.hdb = os.path.join(workdir, "hdb")
-        self.loops = {}          # name -> /dev/loopN
+        self.loops = {}          # name -> the outer /dev/loopN (the "disk")
+        self.layers = []         # every loop device and mount, set-up order
         self.devnums = {}        # name -> "MAJ:MIN"
         self.blkio_cgroup = None
         self.memory_cgroup = None
@@ -177,18 +188,20 @@ class Disks:
         self.memory_cgroup = os.path.join(parent, tag)
         self._save_state()      # before anything exists, so a stale run is found
         for name, mount in (("hda", self.hda), ("hdb", self.hdb)):
-            image = os.path.join(self.workdir, name + ".img")
-            with open(image, "wb") as f:
-                f.truncate(self.limits.size_mb * 1024 * 1024)
-            loop = _run(["losetup", "--find", "--show", "--direct-io=on",
-                         image]).stdout.strip()
-            self.loops[name] = loop
-            self._save_state()
-            st = os.stat(loop)
+            # inner: the throttled device, holding the outer's image file
+            backing = os.path.join(self.workdir, name + ".backing")
+            os.makedirs(backing, exist_ok=True)
+            inner = self._loop_filesystem(
+                os.path.join(self.workdir, name + ".img"),
+                self.limits.size_mb + 64 + self.limits.size_mb // 16, backing)
+            st = os.stat(inner)
             self.devnums[name] = "%d:%d" % (os.major(st.st_rdev),
                                             os.minor(st.st_rdev))
-            _run(["mkfs.ext4", "-q", "-F", "-L", "eval_" + name, loop])
-            _run(["mount", "-o", "noatime", loop, mount])
+            self._save_state()
+            # outer: the device the server's files are on
+            self.loops[name] = self._loop_filesystem(
+                os.path.join(backing, "disk.img"), self.limits.size_mb, mount,
+                label="eval_" + name)
             os.chmod(mount, 0o755)
         os.makedirs(self.blkio_cgroup, exist_ok=True)
         os.makedirs(self.memory_cgroup, exist_ok=True)
@@ -197,8 +210,24 @@ class Disks:
         _write(os.path.join(self.memory_cgroup, "memory.limit_in_bytes"),
                str(self.limits.memory_mb * 1024 * 1024))
 
+    def _loop_filesystem(self, image, size_mb, mount, label=None):
+        """A sparse image of size_mb on a direct-I/O loop device, formatted
+        ext4 and mounted at mount; returns the loop device.  Every layer is
+        recorded (in set-up order) as soon as it exists, for teardown."""
+        with open(image, "wb") as f:
+            f.truncate(size_mb * 1024 * 1024)
+        loop = _run(["losetup", "--find", "--show", "--direct-io=on",
+                     image]).stdout.strip()
+        self.layers.append({"loop": loop, "mount": None, "image": image})
+        self._save_state()
+        _run(["mkfs.ext4", "-q", "-F"] + (["-L", label] if label else []) + [loop])
+        _run(["mount", "-o", "noatime", loop, mount])
+        self.layers[-1]["mount"] = mount
+        self._save_state()
+        return loop
+
     def _save_state(self):
-        state = {"pid": os.getpid(), "loops": self.loops,
+        state = {"pid": os.getpid(), "loops": self.loops, "layers": self.layers,
                  "devnums": self.devnums, "mounts": [self.hda, self.hdb],
                  "blkio_cgroup": self.blkio_cgroup,
                  "memory_cgroup": self.memory_cgroup}
@@ -217,18 +246,18 @@ class Disks:
         for cg in (self.blkio_cgroup, self.memory_cgroup):
             if cg and os.path.isdir(cg):
                 _kill_cgroup_tasks(cg)
-        for name, mount in (("hda", self.hda), ("hdb", self.hdb)):
-            if os.path.ismount(mount):
+        for layer in reversed(self.layers):     # outer layers first
+            mount = layer.get("mount")
+            if mount and os.path.ismount(mount):
                 proc = _run(["umount", mount], check=False)
                 if proc.returncode != 0:
                     proc = _run(["umount", "-l", mount], check=False)
                     if proc.returncode != 0:
                         errors.append("umount %s: %s" % (mount, proc.stderr))
-            loop = self.loops.get(name)
-            if loop:
-                proc = _run(["losetup", "-d", loop], check=False)
-                if proc.returncode != 0 and "No such device" not in proc.stderr:
-                    errors.append("losetup -d %s: %s" % (loop, proc.stderr))
+            proc = _run(["losetup", "-d", layer["loop"]], check=False)
+            if proc.returncode != 0 and "No such device" not in proc.stderr:
+                errors.append("losetup -d %s: %s" % (layer["loop"], proc.stderr))
+        self.layers = []
         for cg in (self.blkio_cgroup, self.memory_cgroup):
             if cg and os.path.isdir(cg):
                 for _ in range(50):
@@ -245,6 +274,10 @@ class Disks:
                 os.unlink(os.path.join(self.workdir, name))
             except FileNotFoundError:
                 pass
+        for name in ("hda.backing", "hdb.backing"):
+            path = os.path.join(self.workdir, name)
+            if os.path.isdir(path) and not os.path.ismount(path):
+                shutil.rmtree(path, ignore_errors=True)
         if errors:
             raise RuntimeError("disk emulation clean-up: " + "; ".join(errors))
 
@@ -268,7 +301,7 @@ class Disks:
                 "blkio.throttle.write_bps_device": lim.write_mb_s * 1024 * 1024}
 
     def apply_limits(self):
-        """Throttle both loop devices in the server's cgroup and, for the
+        """Throttle both inner loop devices in the server's cgroup and, for the
         kernel's background writeback, in the root cgroup."""
         if not self.emulated:
             return
@@ -317,6 +350,17 @@ class Disks:
                                                      os.path.realpath(mount) + os.sep)):
                 return name
         return None
+
+    def server_conf(self):
+        """postgresql.conf lines that tell pg_tsmove what the emulation stands
+        for: HDA and HDB are image files on this machine's one disk, which
+        its monitoring rightly finds under both loop devices (and would then
+        never advise a move from one to the other); each stands for a disk
+        of its own."""
+        if not self.emulated:
+            return []
+        return ["pg_tsmove.device_disks = '%s'" % ", ".join(
+            "%s:1" % os.path.basename(self.loops[n]) for n in ("hda", "hdb"))]
 
     def describe(self):
         """Facts for the report."""
@@ -374,6 +418,9 @@ def clean_stale_runs(parent):
                 pass
         disks = Disks(workdir, DiskLimits())
         disks.loops = state.get("loops", {})
+        disks.layers = state.get("layers") or [
+            {"loop": loop, "mount": mount} for loop, mount in
+            zip(disks.loops.values(), state.get("mounts", []))]
         disks.devnums = state.get("devnums", {})
         disks.blkio_cgroup = state.get("blkio_cgroup")
         disks.memory_cgroup = state.get("memory_cgroup")
