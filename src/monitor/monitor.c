@@ -36,6 +36,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
+#include "utils/varlena.h"
 
 #include "monitor/monitor_internal.h"
 
@@ -47,6 +48,47 @@ PG_FUNCTION_INFO_V1(tsm_monitor_info);
 
 static void tsm_monitor_load_file(void);
 static void tsm_monitor_save_file(int code, Datum arg);
+
+/* Read only by SQL (tsmove.advise_candidates()), through current_setting(). */
+static char *device_disks;
+
+/*
+ * pg_tsmove.device_disks: "device:N, device:N", the disks behind devices
+ * the kernel cannot see through (a hardware RAID, a cloud volume).
+ */
+static bool
+check_device_disks(char **newval, void **extra, GucSource source)
+{
+	char	   *raw;
+	List	   *items;
+	ListCell   *lc;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	raw = pstrdup(*newval);
+	if (!SplitIdentifierString(raw, ',', &items))
+	{
+		GUC_check_errdetail("The list is not a comma-separated list of device:disks entries.");
+		return false;
+	}
+	foreach(lc, items)
+	{
+		const char *item = lfirst(lc);
+		const char *colon = strrchr(item, ':');
+		char	   *end;
+		long		n;
+
+		n = colon ? strtol(colon + 1, &end, 10) : 0;
+		if (colon == NULL || colon == item || colon[1] == '\0' || *end != '\0' ||
+			n < 1 || n > 1024)
+		{
+			GUC_check_errdetail("\"%s\" is not a device name and a number of disks (1 to 1024), as in \"sdb:4\".",
+								item);
+			return false;
+		}
+	}
+	return true;
+}
 
 /*
  * tsm_monitor_init
@@ -97,6 +139,17 @@ tsm_monitor_init(void)
 							30, 1, 24 * 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tsmove.device_disks",
+							   "Disks behind block devices the kernel sees as one, as device:disks pairs.",
+							   "For a hardware RAID or a volume striped outside this machine, as \"sdb:4\": "
+							   "tsmove.advise() weighs co-access by the disks under the source and "
+							   "never moves onto fewer, and takes a named device to stand on disks of its own "
+							   "(not those the kernel finds under it). Devices not named count the disks the kernel shows.",
+							   &device_disks,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_device_disks, NULL, NULL);
 
 	DefineCustomBoolVariable("pg_tsmove.save_monitoring",
 							 "Whether the load history and co-access pairs are kept across a clean restart.",
