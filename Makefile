@@ -4,7 +4,7 @@
 # file only from the top directory when EXTENSION is set, so this Makefile
 # installs it itself and points DATA at the extension directory.
 
-EXTVERSION   = 0.4
+EXTVERSION   = 0.5
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o \
                src/move/settings.o src/move/queue.o src/move/job_record.o \
@@ -20,13 +20,14 @@ OBJS         = src/pg_tsmove.o \
                src/move/job_api.o src/move/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \
                src/monitor/relation_map.o src/monitor/tablespace_io.o \
-               src/monitor/sampler.o src/monitor/monitor.o
+               src/monitor/sampler.o src/monitor/monitor.o \
+               src/autopilot/autopilot.o src/autopilot/pilot.o
 DATA         = $(wildcard control/pg_tsmove--*.sql)
 MODULEDIR    = extension
 PG_CPPFLAGS  = -I$(srcdir)/src
 PG_CFLAGS    = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
-REGRESS      = setup errors move control monitoring drop_extension
+REGRESS      = setup errors move control monitoring autopilot drop_extension
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/test/regress.conf \
                --inputdir=$(srcdir) --outputdir=tmp_regress
 

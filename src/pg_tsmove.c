@@ -3,8 +3,9 @@
  * pg_tsmove.c
  *	  Module start-up: the move engine's GUCs, the shared-memory hooks, the
  *	  launcher's registration.  The top of the source tree: it calls the
- *	  move engine (move/) through move/move.h and the monitoring (monitor/)
- *	  through monitor/monitor.h, and nothing calls it (pg_tsmove.h).
+ *	  move engine (move/) through move/move.h, the monitoring (monitor/)
+ *	  through monitor/monitor.h and the autopilot (autopilot/) through
+ *	  autopilot/autopilot.h, and nothing calls it (pg_tsmove.h).
  *
  * pg_tsmove must be in shared_preload_libraries: its worker slots live in
  * shared memory sized at start-up, and its launcher (move/launcher.c) is a
@@ -21,7 +22,8 @@
  * Monitoring (monitor/monitor.c and the files it names) hooks in through
  * four calls: tsm_monitor_init() and tsm_monitor_register_workers() from
  * _PG_init, tsm_monitor_shmem_request() and tsm_monitor_shmem_startup()
- * from the shared-memory hooks below.
+ * from the shared-memory hooks below.  The autopilot (autopilot/) likewise,
+ * through autopilot/autopilot.h.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,6 +37,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "autopilot/autopilot.h"
 #include "monitor/monitor.h"
 #include "move/move.h"
 #include "pg_tsmove.h"
@@ -59,6 +62,7 @@ tsm_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(tsm_queue_shmem_size());
 	RequestAddinShmemSpace(tsm_backups_shmem_size());
+	RequestAddinShmemSpace(tsm_autopilot_shmem_size());
 	RequestNamedLWLockTranche("pg_tsmove", 1);
 	tsm_monitor_shmem_request();
 }
@@ -72,6 +76,7 @@ tsm_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	tsm_queue_shmem_init();
 	tsm_backups_shmem_init();
+	tsm_autopilot_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	tsm_monitor_shmem_startup();
 }
@@ -214,6 +219,7 @@ _PG_init(void)
 							   NULL, NULL, NULL);
 
 	tsm_monitor_init();			/* monitoring: GUCs, executor hooks */
+	tsm_autopilot_init();		/* the autopilot's policy GUCs */
 	tsm_backups_init();			/* sees pg_backup_start() */
 	MarkGUCPrefixReserved("pg_tsmove");
 
@@ -227,4 +233,5 @@ _PG_init(void)
 
 	tsm_register_launcher();
 	tsm_monitor_register_workers();	/* the sampler, after the launcher */
+	tsm_autopilot_register_worker();	/* the pilot, idle while it is off */
 }

@@ -1,0 +1,286 @@
+/*-------------------------------------------------------------------------
+ *
+ * autopilot.c
+ *	  The autopilot's set-up: its policy GUCs (and the checks that refuse a
+ *	  bad policy with a clear message), its shared memory, the registration
+ *	  of the pilot worker.
+ *
+ * Every policy is a PGC_SIGHUP GUC: only a superuser (or a role granted
+ * SET on the parameter) can change it, in postgresql.conf or with ALTER
+ * SYSTEM, and the whole cluster follows one policy.  The decision itself is
+ * SQL (tsmove.autopilot_step()), which reads the policies with
+ * current_setting(); the check hooks here make sure that what it reads
+ * parses.  The pilot (pilot.c) reads only pg_tsmove.autopilot and
+ * pg_tsmove.autopilot_interval.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/varlena.h"
+
+#include "autopilot/autopilot_internal.h"
+
+int			tsm_autopilot_mode = TSM_AUTOPILOT_OFF;
+int			tsm_autopilot_interval_s = 60;
+TsmAutopilotShared *tsm_autopilot = NULL;
+
+/* Read only by SQL, through current_setting(). */
+static int	autopilot_evidence_s;
+static int	autopilot_hold_s;
+static int	autopilot_max_moves_per_day;
+static int	autopilot_max_mb_per_day;
+static double autopilot_min_benefit;
+static double autopilot_min_read_mb;
+static double autopilot_max_rate_mb;
+static char *autopilot_window;
+static char *autopilot_targets;
+static char *autopilot_never_move;
+
+static const struct config_enum_entry autopilot_options[] = {
+	{"off", TSM_AUTOPILOT_OFF, false},
+	{"propose", TSM_AUTOPILOT_PROPOSE, false},
+	{"on", TSM_AUTOPILOT_ON, false},
+	{NULL, 0, false}
+};
+
+/* "HH:MM": minutes since midnight, or -1. */
+static int
+parse_clock(const char *text, int len)
+{
+	int			h,
+				m;
+	char		buf[8];
+
+	if (len != 5 || text[2] != ':')
+		return -1;
+	memcpy(buf, text, 5);
+	buf[5] = '\0';
+	if (sscanf(buf, "%2d:%2d", &h, &m) != 2 || h < 0 || h > 24 || m < 0 || m > 59 ||
+		(h == 24 && m != 0))
+		return -1;
+	return h * 60 + m;
+}
+
+/* pg_tsmove.autopilot_window: empty, or "HH:MM-HH:MM" (may wrap midnight). */
+static bool
+check_window(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	const char *dash;
+	int			from,
+				to;
+
+	if (v == NULL || v[0] == '\0')
+		return true;
+	dash = strchr(v, '-');
+	if (dash == NULL ||
+		(from = parse_clock(v, dash - v)) < 0 ||
+		(to = parse_clock(dash + 1, strlen(dash + 1))) < 0)
+	{
+		GUC_check_errdetail("The window must be empty (any time) or two times of day, as in \"22:00-06:00\".");
+		return false;
+	}
+	if (from == to)
+	{
+		GUC_check_errdetail("The window \"%s\" is empty: it starts when it ends.", v);
+		GUC_check_errhint("Leave pg_tsmove.autopilot_window empty to let the autopilot act at any time.");
+		return false;
+	}
+	return true;
+}
+
+/* A comma-separated list of names, each of 1 to max_parts dotted parts. */
+static bool
+check_name_list(const char *value, int min_parts, int max_parts, const char *what)
+{
+	char	   *raw;
+	List	   *items;
+	ListCell   *lc;
+
+	if (value == NULL || value[0] == '\0')
+		return true;
+	raw = pstrdup(value);
+	if (!SplitIdentifierString(raw, ',', &items))
+	{
+		GUC_check_errdetail("The list is not a comma-separated list of names.");
+		return false;
+	}
+	foreach(lc, items)
+	{
+		const char *item = lfirst(lc);
+		int			parts = 1;
+
+		for (const char *p = item; *p; p++)
+			if (*p == '.')
+				parts++;
+		if (parts < min_parts || parts > max_parts || item[0] == '.' ||
+			item[strlen(item) - 1] == '.' || strstr(item, "..") != NULL)
+		{
+			GUC_check_errdetail("\"%s\" is not %s.", item, what);
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool
+check_targets(char **newval, void **extra, GucSource source)
+{
+	return check_name_list(*newval, 1, 1, "a tablespace name");
+}
+
+static bool
+check_never_move(char **newval, void **extra, GucSource source)
+{
+	return check_name_list(*newval, 2, 3,
+						   "schema.relation or database.schema.relation (relation may be *)");
+}
+
+void
+tsm_autopilot_init(void)
+{
+	DefineCustomEnumVariable("pg_tsmove.autopilot",
+							 "Whether the autopilot moves what the monitoring says: off, propose or on.",
+							 "propose: it logs its decisions in tsmove.decisions without acting; "
+							 "on: it also starts the moves.",
+							 &tsm_autopilot_mode,
+							 TSM_AUTOPILOT_OFF, autopilot_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.autopilot_interval",
+							"Time between two looks of the autopilot.",
+							NULL,
+							&tsm_autopilot_interval_s,
+							60, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.autopilot_evidence",
+							"Window of evidence the autopilot decides on.",
+							"Device load is averaged over it, co-access must have been seen in it, "
+							"a move is judged on that much history before and after it, "
+							"and after a move the autopilot waits that long before the next.",
+							&autopilot_evidence_s,
+							900, 10, 7 * 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tsmove.autopilot_window",
+							   "Time of day in which the autopilot may start moves, as HH:MM-HH:MM.",
+							   "Server local time; may wrap midnight (22:00-06:00). Empty: any time.",
+							   &autopilot_window,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_window, NULL, NULL);
+
+	DefineCustomRealVariable("pg_tsmove.autopilot_min_benefit",
+							 "Least predicted benefit worth a move, in points of device utilisation.",
+							 "The predicted drop of the busier device's utilisation (source or target), "
+							 "at today's load; see tsmove.advise()'s benefit_pct.",
+							 &autopilot_min_benefit,
+							 10.0, 0.0, 100.0,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("pg_tsmove.autopilot_min_read_mb",
+							 "Least evidence, in MB read from outside shared buffers, for the autopilot to consider a move.",
+							 "Passed to tsmove.advise_candidates() as min_read_mb.",
+							 &autopilot_min_read_mb,
+							 64.0, 0.0, 1.0e9,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.autopilot_max_moves_per_day",
+							"Most moves the autopilot starts in 24 hours, over all databases.",
+							NULL,
+							&autopilot_max_moves_per_day,
+							10, 0, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.autopilot_max_mb_per_day",
+							"Most data the autopilot moves in 24 hours, over all databases (0 = no limit).",
+							NULL,
+							&autopilot_max_mb_per_day,
+							0, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tsmove.autopilot_targets",
+							   "Tablespaces the autopilot may move relations into (empty: any).",
+							   "A comma-separated list of tablespace names.",
+							   &autopilot_targets,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_targets, NULL, NULL);
+
+	DefineCustomStringVariable("pg_tsmove.autopilot_never_move",
+							   "Relations the autopilot must never move.",
+							   "A comma-separated list of schema.relation (any database) or "
+							   "database.schema.relation; relation * means every relation of the schema.",
+							   &autopilot_never_move,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_never_move, NULL, NULL);
+
+	DefineCustomRealVariable("pg_tsmove.autopilot_max_rate_mb",
+							 "Rate ceiling of the autopilot's moves, in MB per second (0: pg_tsmove.max_rate_mb).",
+							 NULL,
+							 &autopilot_max_rate_mb,
+							 0.0, 0.0, 1.0e6,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("pg_tsmove.autopilot_hold",
+							"Time a relation the autopilot moved stays where it put it.",
+							"No ping-pong: within it the autopilot neither moves the relation back nor elsewhere.",
+							&autopilot_hold_s,
+							7 * 86400, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+void
+tsm_autopilot_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	strlcpy(worker.bgw_library_name, "pg_tsmove", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "tsm_autopilot_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "pg_tsmove autopilot", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "pg_tsmove autopilot", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+Size
+tsm_autopilot_shmem_size(void)
+{
+	return MAXALIGN(sizeof(TsmAutopilotShared));
+}
+
+/* Called with AddinShmemInitLock held. */
+void
+tsm_autopilot_shmem_init(void)
+{
+	bool		found;
+
+	tsm_autopilot = ShmemInitStruct("pg_tsmove autopilot", sizeof(TsmAutopilotShared), &found);
+	if (!found)
+	{
+		memset(tsm_autopilot, 0, sizeof(TsmAutopilotShared));
+		SpinLockInit(&tsm_autopilot->mutex);
+	}
+}
