@@ -44,8 +44,10 @@ def relation_files_under(directory):
     return found
 
 
-def run_checks(cluster, disks, expected, finished, old_tsb_dir=None):
-    """Returns {"ok": bool, "problems": [...], "placement": {...}}."""
+def run_checks(cluster, disks, expected, finished, old_tsb_dir=None, moved=None):
+    """Returns {"ok": bool, "problems": [...], "placement": {...}}.  When
+    `moved` names one relation (the autopilot's choice), a finished
+    transition must have put that one on HDB and left the others on HDA."""
     problems = []
     for t in ("a", "b"):
         n = cluster.sql_scalar("SELECT count(*) FROM %s" % t)
@@ -65,7 +67,11 @@ def run_checks(cluster, disks, expected, finished, old_tsb_dir=None):
     placement = {rel: relation_disk(cluster, disks, rel)
                  for rel in ("a", "a_pkey", "b", "b_pkey")}
     wanted = {"a": "hda", "a_pkey": "hda"}
-    if finished:
+    if moved:
+        wanted.update({"b": "hda", "b_pkey": "hda"})
+        if finished:
+            wanted[moved] = "hdb"
+    elif finished:
         wanted.update({"b": "hdb", "b_pkey": "hdb"})
     for rel, want in wanted.items():
         if placement[rel] != want:

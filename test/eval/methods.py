@@ -33,6 +33,12 @@ streams around it.
                     analogue).
     repack          pg_repack --no-order --table=public.b --tablespace=tsb2
                     --moveidx (online rewrite by an external tool).
+    autopilot       nobody names what to move: the autopilot (pg_tsmove.autopilot)
+                    watches the four streams in propose mode from the start,
+                    is switched on when the transition starts, and must move
+                    A or B to TSB2 on HDB by itself (its only policy:
+                    pg_tsmove.autopilot_targets = tsb2, the new disk).  Its
+                    decisions, predicted and measured benefit are kept.
     offline_copy    stop the server, copy TSB's directory to HDB, repoint
                     pg_tblspc/<oid>, start (the storage-level way, the
                     essay's method 3 analogue, but with downtime: PostgreSQL
@@ -68,6 +74,7 @@ class Method:
     available: object = None    # function(cluster) -> None or reason
     moves_tablespace: bool = False   # TSB's location changes (not B's tablespace)
     server_conf: tuple = ()          # postgresql.conf lines for this method's run
+    after_settle: object = None      # function(run) -> dict, before the streams stop
 
 
 # ---------------------------------------------------------------------------
@@ -236,6 +243,93 @@ def run_repack(run):
     return tr
 
 
+# ---------------------------------------------------------------------------
+# the autopilot
+
+AUTOPILOT_CONF = (
+    "pg_tsmove.autopilot = propose",          # watching from the start
+    "pg_tsmove.autopilot_interval = '5s'",
+    "pg_tsmove.autopilot_evidence = '30s'",   # the warm-up holds two windows of it
+    "pg_tsmove.autopilot_targets = 'tsb2'",   # where it may go: the new disk
+    "pg_tsmove.autopilot_min_read_mb = 8",
+    "pg_tsmove.relation_map_refresh = '5s'",
+    "pg_tsmove.sample_interval = '2s'",       # history rows short enough for the window
+    "pg_tsmove.history_interval = '6s'",
+    "pg_tsmove.switch_lock_timeout = '30s'",   # as PATIENT_SWITCH: wait for the SELECTs
+)
+DECISION_COLUMNS = ("decision_id", "decided_at", "last_seen_at", "times", "mode", "action",
+                    "relation", "kind", "source_tablespace", "target_tablespace", "reason",
+                    "predicted_benefit_pct", "job_id", "measured_benefit_pct", "verdict",
+                    "reason_code", "evidence", "measured")
+
+
+def decision_log(cluster):
+    rows = cluster.sql("SELECT " + ", ".join(DECISION_COLUMNS) +
+                       " FROM tsmove.decisions ORDER BY decision_id")
+    out = []
+    for r in rows:
+        d = dict(zip(DECISION_COLUMNS, r))
+        for k in ("decided_at", "last_seen_at"):
+            d[k] = d[k].timestamp() if d[k] is not None else None
+        for k in ("predicted_benefit_pct", "measured_benefit_pct"):
+            d[k] = float(d[k]) if d[k] is not None else None
+        if d["evidence"]:
+            d["evidence"] = {k: (float(v) if isinstance(v, (int, float)) or
+                                 (isinstance(v, str) and v.replace(".", "", 1).lstrip("-").isdigit())
+                                 else v)
+                             for k, v in d["evidence"].items()
+                             if k in ("relation", "kind", "partner", "source_device", "target_device",
+                                      "source_util_pct", "target_util_pct", "source_util_after_pct",
+                                      "target_util_after_pct", "source_await_ms",
+                                      "source_await_after_ms", "capacity_gain_pct", "benefit_pct",
+                                      "read_share_pct", "evidence_mb", "coaccess_mb_separated",
+                                      "relation_mb")}
+        out.append(d)
+    return out
+
+
+def run_autopilot(run):
+    cl = run.cluster
+    tr = Transition(start=time.time())
+    cl.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'on'")
+    cl.sql("SELECT pg_reload_conf()")
+    deadline = tr.start + run.transition_timeout
+    started = None
+    while time.time() < deadline and started is None:
+        started = next((d for d in decision_log(cl) if d["action"] == "started"), None)
+        if started is None:
+            time.sleep(1)
+    log = decision_log(cl)
+    proposals = [d for d in log if d["action"] == "proposed"]
+    tr.details["first_proposal_s"] = (proposals[0]["decided_at"] - run.t_streams_start
+                                      if proposals else None)
+    if started is None:
+        tr.end = time.time()
+        tr.error = "the autopilot started no move within the transition timeout (%d s)" % (
+            run.transition_timeout)
+        tr.details["decisions"] = log
+        return tr
+    tr.details["decision_s"] = started["decided_at"] - run.t_streams_start
+    tr.details["decision_after_on_s"] = started["decided_at"] - tr.start
+    tr.details["moved"] = started["relation"].split(".")[-1]
+    tr.details["call"] = "the autopilot: tsmove.move(%s, %s) as decision %d" % (
+        started["relation"], started["target_tablespace"], started["decision_id"])
+    return _wait_jobs(run, started["job_id"], tr)
+
+
+def autopilot_after_settle(run, wait_s=60):
+    """The decision log once the autopilot has measured its move (the window
+    after the move must be over first)."""
+    deadline = time.time() + wait_s
+    while True:
+        log = decision_log(run.cluster)
+        done = [d for d in log if d["action"] == "done"]
+        if (done and all(d["verdict"] for d in done)) or time.time() > deadline or \
+                not any(d["action"] == "started" for d in log):
+            return {"decisions": log}
+        time.sleep(2)
+
+
 def run_offline_copy(run):
     """Stop, copy, relink, start: every stream waits for the whole copy."""
     c = run.cluster
@@ -293,6 +387,10 @@ METHODS = [
            "method 2 analogue: existing DDL", run_alter),
     Method("repack", "pg_repack --tablespace --moveidx",
            "online rewrite by an external tool", run_repack, repack_available),
+    Method("autopilot", "the autopilot decides (propose, then on)",
+           "the essay's section 5: measure, decide by policy, act, report",
+           run_autopilot, server_conf=AUTOPILOT_CONF,
+           after_settle=autopilot_after_settle),
     Method("offline_copy", "stop, copy TSB's directory, relink, start",
            "method 3 analogue: below the database (here offline)",
            run_offline_copy, moves_tablespace=True),

@@ -259,6 +259,7 @@ def markdown(res):
     if notes:
         lines.append("")
         lines += ["- " + n for n in notes]
+    lines += autopilot_section(res)
     lines.append("")
     lines.append("Plan of the SELECT streams (EXPLAIN, one parameter set):")
     lines.append("")
@@ -266,6 +267,57 @@ def markdown(res):
     lines.append(res["plan"])
     lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def _pct(v):
+    return "-" if v is None else "%.1f" % float(v)
+
+
+def autopilot_section(res):
+    """The autopilot's decisions: when, what, predicted against measured."""
+    runs = [r for r in res["methods"] if r["key"] == "autopilot" and r.get("available")
+            and "transition" in r]
+    if not runs:
+        return []
+    r = runs[0]
+    det = r["transition"]["details"]
+    log = (r.get("after_settle") or {}).get("decisions") or det.get("decisions") or []
+    lines = ["", "**The autopilot's decisions** (`tsmove.decisions`; it watched in "
+             "`propose` mode from the start of the streams and was set `on` when the "
+             "transition started):", ""]
+    lines.append("- first proposal %s after the streams started; the move started %s after "
+                 "them, %s after `on`" % (fmt_s(det.get("first_proposal_s")),
+                                          fmt_s(det.get("decision_s")),
+                                          fmt_s(det.get("decision_after_on_s"))))
+    lines.append("")
+    lines.append("| # | action | relation → target | times | predicted benefit (points) | "
+                 "source util now → predicted | target util now → predicted | predicted capacity gain | "
+                 "measured benefit | measured util before → after (source; target) | "
+                 "blocks read/s before → after | verdict / reason |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in log:
+        ev = d.get("evidence") or {}
+        me = d.get("measured") or {}
+        lines.append("| %s | %s | %s → %s | %s | %s | %s → %s | %s → %s | %s | %s | %s → %s; %s → %s | %s → %s | %s |" % (
+            d["decision_id"], d["action"], d["relation"] or "", d["target_tablespace"] or "",
+            d["times"], _pct(d["predicted_benefit_pct"]),
+            _pct(ev.get("source_util_pct")), _pct(ev.get("source_util_after_pct")),
+            _pct(ev.get("target_util_pct")), _pct(ev.get("target_util_after_pct")),
+            ("%s %%" % _pct(ev.get("capacity_gain_pct"))) if ev else "-",
+            _pct(d["measured_benefit_pct"]),
+            _pct(me.get("before_source_util_pct")), _pct(me.get("after_source_util_pct")),
+            _pct(me.get("before_target_util_pct")), _pct(me.get("after_target_util_pct")),
+            _pct(me.get("before_blocks_read_s")), _pct(me.get("after_blocks_read_s")),
+            (d["verdict"] or d["reason_code"] or "") + (": " + d["reason"][:160] if d["reason"] and d["action"] == "skipped" else "")))
+    m = r.get("metrics", {}).get("groups", {})
+    if m:
+        def gain(g):
+            a, f = m[g]["after_warmup"], m[g]["final"]
+            return "-" if not a else "%+.0f %%" % ((f / a - 1) * 100)
+        lines.append("")
+        lines.append("Measured by the streams, final state against after warm-up: SELECT %s, "
+                     "update A %s, update B %s." % (gain("select"), gain("update_a"), gain("update_b")))
+    return lines
 
 
 # ---------------------------------------------------------------------------

@@ -296,7 +296,7 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
         max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900)
     run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb)
     try:
-        res["t_streams_start"] = time.time()
+        res["t_streams_start"] = run.t_streams_start = time.time()
         streams.start()
         progress.set("warm-up", streams=streams, cluster=cluster)
         sleep_until(res["t_streams_start"] + args.warmup_s)
@@ -323,6 +323,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
         progress.set("draining")
         res["drained"] = wait_for_selects_started_before(
             cluster, res["t_final_end"], args.transition_timeout_s)
+        if method.after_settle:
+            res["after_settle"] = method.after_settle(run)
     finally:
         progress.set("stopping streams")
         streams.pause()
@@ -338,7 +340,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
                                   "events": s.events, "segments": len(s.segments)}
     res["checks"] = checks.run_checks(
         cluster, disks, expected, res["transition"]["finished"],
-        old_tsb_dir if method.moves_tablespace else None)
+        old_tsb_dir if method.moves_tablespace else None,
+        moved=res["transition"]["details"].get("moved"))
     log("%s: data checks %s" % (method.label, "OK" if res["checks"]["ok"] else
                                 "FAILED: %s" % res["checks"]["problems"]))
     res["server_log_problems"] = [l for l in cluster.log_contents().splitlines()
@@ -488,7 +491,8 @@ def main(argv=None):
         for d in (disks.hda, disks.hdb):
             chown_to_server_user(d)
         cluster = EvalCluster(workdir, "pg", disks)
-        cluster.init(extra_conf=SERVER_CONF + ["shared_buffers = %s" % args.shared_buffers])
+        cluster.init(extra_conf=SERVER_CONF + ["shared_buffers = %s" % args.shared_buffers]
+                     + disks.server_conf())
         cluster.start()
         progress.start()
         progress.set("load", method="set-up", cluster=cluster)
