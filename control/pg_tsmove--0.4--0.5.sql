@@ -366,7 +366,7 @@ BEGIN
                       r.qualified, pr.qualified, b.executions, pg_size_pretty(b.evidence_bytes::bigint), min_read_mb)
            WHEN 'stale' THEN
                CASE WHEN b.src_rows = 0
-                    THEN format('no load history of %s in the last %s: the evidence is older than the horizon',
+                    THEN format('no load history of %s in the last %s: nothing recent to decide on',
                                 b.src_device, horizon)
                     ELSE format('the evidence is older than the horizon: %s was last read %s at %s, more than %s ago',
                                 r.qualified, CASE WHEN b.partner IS NOT NULL THEN 'together with ' || pr.qualified ELSE 'heavily' END,
@@ -775,6 +775,10 @@ BEGIN
              JOIN pg_namespace n ON n.oid = cl.relnamespace
              ORDER BY (x.verdict_code IS NULL) DESC, x.benefit_pct DESC NULLS LAST, x.score_mb DESC
     LOOP
+        -- a tablespace it may not move into is not a candidate at all
+        IF cardinality(targets) > 0 AND NOT (lower(c.target_tablespace) = ANY (targets)) THEN
+            CONTINUE;
+        END IF;
         code := c.verdict_code;
         why := c.verdict;
         IF code IS NULL AND (never && ARRAY[lower(c.nspname || '.' || c.bare_name),
@@ -783,11 +787,6 @@ BEGIN
                                            lower(current_database() || '.' || c.nspname || '.*')]) THEN
             code := 'never_move';
             why := format('%s is in pg_tsmove.autopilot_never_move', c.relation);
-        END IF;
-        IF code IS NULL AND cardinality(targets) > 0 AND NOT (lower(c.target_tablespace) = ANY (targets)) THEN
-            code := 'target_not_allowed';
-            why := format('%s is not in pg_tsmove.autopilot_targets (%s)', c.target_tablespace,
-                          current_setting('pg_tsmove.autopilot_targets'));
         END IF;
         IF code IS NULL THEN
             SELECT format('the autopilot moved %s at %s (job %s); it stays there until %s (pg_tsmove.autopilot_hold)',

@@ -157,16 +157,17 @@ class Workload:
         assert self.errors == []
 
 
-def make_table(cluster, name, tablespace, rows):
+def make_table(cluster, name, tablespace, rows, dbname="postgres"):
     """id (keys inserted in random order), v (updated), pad (2 kB, stored as is);
     and name_shadow in pg_default, the same rows."""
     cluster.sql("CREATE TABLE {t} (id int PRIMARY KEY USING INDEX TABLESPACE {s}, v int NOT NULL, "
                 "pad text) TABLESPACE {s}; ALTER TABLE {t} ALTER pad SET STORAGE PLAIN"
-                .format(t=name, s=tablespace))
+                .format(t=name, s=tablespace), dbname=dbname)
     cluster.sql("INSERT INTO {t} SELECT g, 0, repeat(md5(g::text), 62) "
-                "FROM generate_series(1, %s) g ORDER BY md5(g::text || '{t}')".format(t=name), (rows,))
+                "FROM generate_series(1, %s) g ORDER BY md5(g::text || '{t}')".format(t=name), (rows,),
+                dbname=dbname)
     cluster.sql("CREATE TABLE {t}_shadow AS SELECT * FROM {t}; "
-                "ALTER TABLE {t}_shadow ADD PRIMARY KEY (id)".format(t=name))
+                "ALTER TABLE {t}_shadow ADD PRIMARY KEY (id)".format(t=name), dbname=dbname)
 
 
 def check_data(cluster, tables):
@@ -218,19 +219,41 @@ def rotational(disks, name, value):
 
 
 def test_autopilot_knows_when_not_to_move(disks, pilot):
+    # 0. A database without the extension, where an unprivileged role made a
+    #    schema tsmove with its own autopilot_step(): the autopilot's worker,
+    #    a superuser, must never run it.  And a second database with the
+    #    extension, which it must visit.
+    pilot.sql("CREATE ROLE mallory LOGIN")
+    pilot.sql("CREATE DATABASE rogue OWNER mallory")
+    pilot.sql("CREATE DATABASE second")
+    pilot.sql("CREATE SCHEMA tsmove; CREATE TABLE tsmove.ran (who name, at timestamptz); "
+              "CREATE FUNCTION tsmove.autopilot_step(boolean, boolean, timestamptz, integer, bigint, oid, "
+              "OUT best_benefit double precision, OUT in_flight boolean, OUT last_finished timestamptz, "
+              "OUT moves_today integer, OUT bytes_today bigint, OUT stopped boolean) LANGUAGE sql AS "
+              "$$ INSERT INTO tsmove.ran VALUES (current_user, now()) "
+              "RETURNING 1.0::float8, false, NULL::timestamptz, 0, 0::bigint, false $$",
+              dbname="rogue", user="mallory")
+    pilot.sql("CREATE EXTENSION pg_tsmove", dbname="second")
+
     # 1. In the cache: two small tables joined again and again, every page in
     #    shared buffers.  Co-accessed on one disk, and nothing to gain.
-    for t in ("c", "d"):
-        make_table(pilot, t, "tsa", 2000)
+    for db in ("postgres", "second"):
+        for t in ("c", "d"):
+            make_table(pilot, t, "tsa", 2000, dbname=db)
     first = last_id(pilot)
-    with pilot.conn() as conn:
-        deadline = time.time() + 8
-        while time.time() < deadline:
-            conn.execute("SELECT count(*) FROM c JOIN d USING (id)").fetchall()
+    for db in ("postgres", "second"):
+        with pilot.conn(db) as conn:
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                conn.execute("SELECT count(*) FROM c JOIN d USING (id)").fetchall()
     cached = expect_skip(pilot, first, "evidence_below_min", 30, "the autopilot to say the pair is in the cache")
     assert {d["relation"] for d in cached} <= {"public.c", "public.d"}
     assert "from outside shared buffers" in cached[0]["reason"]
     assert jobs(pilot) == []
+    wait_for(lambda: pilot.sql("SELECT 1 FROM tsmove.decisions WHERE reason_code = 'evidence_below_min'",
+                               dbname="second"), 30, interval_s=0.5,
+             what="the autopilot to look in the second database too")
+    assert pilot.sql_scalar("SELECT count(*) FROM tsmove.ran", dbname="rogue") == 0
 
     # the real load: A and B larger than memory, on HDA, the only other disk HDB
     for t in ("a", "b"):

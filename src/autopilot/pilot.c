@@ -29,7 +29,10 @@
  * without the extension is never run.  The move itself is submitted as the
  * relation's owner (see tsmove.autopilot_step()).
  *
- * Locking: the pilot takes none; the step worker takes what its SQL takes.
+ * Locking: the pilot takes none; the step worker takes what its SQL takes,
+ * with lock_timeout = 10s and statement_timeout = 10min, so that a step
+ * stuck behind a lock cannot hold up the pilot for long (it fails, logs,
+ * and the next cycle tries again).
  * The result slot is written under the spinlock (autopilot_internal.h).
  *
  *-------------------------------------------------------------------------
@@ -293,6 +296,9 @@ tsm_autopilot_step_main(Datum main_arg)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "pg_tsmove autopilot step");
 	SPI_execute("SET LOCAL search_path = pg_catalog, pg_temp", false, 0);
+	/* a step that waits for a lock holds up the whole autopilot: bound it */
+	SPI_execute("SET LOCAL lock_timeout = '10s'", false, 0);
+	SPI_execute("SET LOCAL statement_timeout = '10min'", false, 0);
 
 	/* only the extension's own function, never one someone else named so */
 	ret = SPI_execute("SELECT 1 FROM pg_catalog.pg_depend d "
