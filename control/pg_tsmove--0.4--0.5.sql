@@ -24,9 +24,10 @@
  *   U_s, U_t   utilisation of the source and target devices (%)
  *   r          the source device's read share of its busy time
  *              (read ms / (read + write ms))
- *   f          the relation's share of the blocks this database read from
- *              outside shared buffers on the source device (since the
- *              statistics reset)
+ *   f          the relation's share of the blocks read from outside shared
+ *              buffers on the source device (its reads since the
+ *              statistics reset, over every database's reads there since
+ *              tsmove.tablespace_io's reset, or this database's if more)
  *   moved      = U_s * r * f, the busy time that follows the relation
  *   after      U_s' = U_s - moved, U_t' = U_t + moved (same speed)
  *   benefit    = max(U_s, U_t) - max(U_s', U_t'): points of utilisation the
@@ -114,7 +115,8 @@ BEGIN
         SELECT s.spcoid, t.spcname, s.device, s.device_number,
                coalesce(string_to_array(nullif(s.disks, ''), ','), '{}'::text[]) AS disks,
                coalesce(s.rotational, true) AS rotational,
-               s.free_bytes, s.util_pct AS util_now, s.r_await_ms AS await_now
+               s.free_bytes, s.util_pct AS util_now, s.r_await_ms AS await_now,
+               coalesce(s.data_blocks_read, 0) + coalesce(s.index_blocks_read, 0) AS all_blocks_read
         FROM tsmove.tablespace_io_stats() s
         JOIN pg_tablespace t ON t.oid = s.spcoid
         WHERE s.device IS NOT NULL AND t.spcname <> 'pg_global'),
@@ -168,9 +170,13 @@ BEGIN
           AND NOT EXISTS (SELECT FROM tsmove.jobs j
                           WHERE j.relation = c.oid::regclass
                             AND j.state NOT IN ('done', 'failed', 'cancelled'))),
-    -- what this database read from each device, for each relation's share
+    -- what was read from each device, for each relation's share: every
+    -- database's reads there (tsmove.tablespace_io's totals), or this
+    -- one's if its statistics go back further
     device_reads AS (
-        SELECT dev.device, sum(r.blocks_read) AS blocks_read
+        SELECT dev.device,
+               greatest(sum(r.blocks_read),
+                        (SELECT sum(a.all_blocks_read) FROM spc a WHERE a.device = dev.device)) AS blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
     -- co-accessed pairs on one device, with the evidence in blocks
@@ -336,9 +342,9 @@ BEGIN
                   'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s%s); '
                   'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
                   'copy time %s, counting the page images in the WAL as the throttle does; '
-                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks this database read from %s and %s%% of %s''s busy time is reading, '
+                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database) and %s%% of %s''s busy time is reading, '
                   'so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
-                  'seeks saved by separating co-accessed relations, the relation''s writes and other databases'' reads are not counted',
+                  'seeks saved by separating co-accessed relations and the relation''s writes are not counted',
                   horizon, b.src_rows, b.src_device,
                   b.src_device, CASE WHEN b.src_rot THEN 'rotational' ELSE 'non-rotational' END,
                   b.tgt_device, CASE WHEN b.tgt_rot THEN 'rotational' ELSE 'non-rotational' END,
@@ -485,6 +491,7 @@ CREATE TABLE tsmove.decision (
     CONSTRAINT decision_action_check CHECK (action IN
         ('proposed', 'started', 'skipped', 'done', 'failed', 'stopped', 'resumed')));
 CREATE INDEX decision_job_idx ON tsmove.decision (job_id);
+CREATE INDEX decision_relid_idx ON tsmove.decision (relid, target_tablespace, decision_id);
 REVOKE ALL ON tsmove.decision FROM PUBLIC;
 
 CREATE VIEW tsmove.decisions AS
@@ -536,7 +543,9 @@ BEGIN
        AND last_row.mode = current_setting('pg_tsmove.autopilot') THEN
         UPDATE tsmove.decision
         SET last_seen_at = now(), times = times + 1, reason = p_reason,
-            predicted_benefit_pct = p_benefit, evidence = p_evidence
+            predicted_benefit_pct = p_benefit, evidence = p_evidence,
+            relname = p_relname, kind = p_kind, source_tablespace = p_source,
+            relation_bytes = p_bytes
         WHERE decision_id = last_row.decision_id;
         RETURN last_row.decision_id;
     END IF;
@@ -565,7 +574,10 @@ REVOKE ALL ON FUNCTION tsmove.autopilot_log(text, oid, text, text, name, name, b
  * work before (max(U_s', U_t') * work before / work after): the same
  * quantity the prediction gives, at equal work, whether the workload
  * answered the move by doing more (closed) or by loading the disk less
- * (open).  NULL when a window has no history.
+ * (open).  NULL (not measurable) unless both devices have history in both
+ * windows and each window read at least 10 blocks/s with the work after
+ * within 1/4 and 4 times the work before: a workload that stopped or
+ * changed is no verdict on the move.  Clamped to [-100, 100].
  */
 CREATE FUNCTION tsmove.autopilot_measure(p_job bigint, evidence interval,
                                          OUT benefit_pct numeric, OUT measured jsonb)
@@ -579,6 +591,8 @@ DECLARE
     a record;
     before_max numeric;
     after_max numeric;
+    work_before numeric;
+    work_after numeric;
 BEGIN
     SELECT * INTO j FROM tsmove.job WHERE job_id = p_job;
     IF NOT FOUND OR j.state <> 'done' THEN
@@ -631,24 +645,93 @@ BEGIN
     IF measured IS NULL THEN
         RETURN;
     END IF;
+    -- both devices measured in both windows, and work enough in each, of
+    -- comparable size: else the outcome is not measurable (a workload that
+    -- stopped or changed is no verdict on the move)
+    IF (measured ->> 'before_source_util_pct') IS NULL OR (measured ->> 'before_target_util_pct') IS NULL
+       OR (measured ->> 'after_source_util_pct') IS NULL OR (measured ->> 'after_target_util_pct') IS NULL THEN
+        RETURN;
+    END IF;
     before_max := greatest((measured ->> 'before_source_util_pct')::numeric, (measured ->> 'before_target_util_pct')::numeric);
     after_max := greatest((measured ->> 'after_source_util_pct')::numeric, (measured ->> 'after_target_util_pct')::numeric);
-    IF before_max IS NULL OR after_max IS NULL
-       OR (measured ->> 'before_source_history_rows') IS NULL
-       OR (measured ->> 'after_source_history_rows') IS NULL
-       OR coalesce((measured ->> 'after_blocks_read_s')::numeric, 0) <= 0
-       OR coalesce((measured ->> 'before_blocks_read_s')::numeric, 0) <= 0 THEN
+    work_before := (measured ->> 'before_blocks_read_s')::numeric;
+    work_after := (measured ->> 'after_blocks_read_s')::numeric;
+    -- (blocks read/s are rounded to 0.1 in `measured`; the least of 10 makes that moot)
+    IF work_before IS NULL OR work_after IS NULL OR work_before < 10 OR work_after < 10
+       OR work_after / work_before NOT BETWEEN 0.25 AND 4 THEN
         RETURN;
     END IF;
     measured := measured || jsonb_build_object(
-        'work_ratio', round((measured ->> 'after_blocks_read_s')::numeric / (measured ->> 'before_blocks_read_s')::numeric, 2),
+        'work_ratio', round(work_after / work_before, 2),
         'window_before', jsonb_build_array(j.started_at - evidence, j.started_at),
         'window_after', jsonb_build_array(j.finished_at + settle + evidence, j.finished_at + settle + 2 * evidence));
-    benefit_pct := round(before_max - after_max * (measured ->> 'before_blocks_read_s')::numeric
-                                      / (measured ->> 'after_blocks_read_s')::numeric, 1);
+    benefit_pct := round(greatest(-100, least(100, before_max - after_max * work_before / work_after)), 1);
 END
 $measure$;
 REVOKE ALL ON FUNCTION tsmove.autopilot_measure(bigint, interval) FROM PUBLIC;
+
+/*
+ * Whether pg_tsmove.autopilot_window (HH:MM-HH:MM, may wrap midnight; ''
+ * is always open) is open at `at`.  The time of day is the server's: the
+ * timezone of postgresql.conf, not one a database owner set for the
+ * step's database.
+ */
+CREATE FUNCTION tsmove.autopilot_window_open(win text, at timestamptz DEFAULT now())
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $window$
+DECLARE
+    tz text := coalesce((SELECT f.setting FROM pg_file_settings f
+                         WHERE f.name = 'timezone' AND f.applied
+                         ORDER BY f.seqno DESC LIMIT 1), 'GMT');
+    t time := (at AT TIME ZONE tz)::time;
+    w_from time;
+    w_to time;
+BEGIN
+    IF win IS NULL OR win = '' THEN
+        RETURN true;
+    END IF;
+    w_from := split_part(win, '-', 1)::time;
+    w_to := split_part(win, '-', 2)::time;
+    IF w_from < w_to THEN
+        RETURN t >= w_from AND t < w_to;
+    END IF;
+    RETURN t >= w_from OR t < w_to;
+END
+$window$;
+REVOKE ALL ON FUNCTION tsmove.autopilot_window_open(text, timestamptz) FROM PUBLIC;
+
+/*
+ * The entries of a comma-separated list of (possibly double-quoted, dotted)
+ * names, each as its parts, case-folded as SQL folds identifiers; a last
+ * part * (unquoted) stays '*'.  The check hooks in autopilot.c accept only
+ * lists this parses.
+ */
+CREATE FUNCTION tsmove.autopilot_name_list(list text)
+RETURNS SETOF text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $names$
+    SELECT CASE WHEN trim(e[1]) LIKE '%.*'
+                THEN parse_ident(left(trim(e[1]), -2)) || '*'::text
+                ELSE parse_ident(trim(e[1])) END
+    FROM regexp_matches(coalesce(list, ''), '((?:[^,"]|"[^"]*")+)', 'g') AS e
+    WHERE trim(e[1]) <> ''
+$names$;
+REVOKE ALL ON FUNCTION tsmove.autopilot_name_list(text) FROM PUBLIC;
+
+/* One candidate as autopilot_step() carries it (advise_candidates()' columns and three more). */
+CREATE TYPE tsmove.autopilot_candidate AS (
+    kind text, relation regclass, source_tablespace name, target_tablespace name, reason text,
+    partner regclass, executions bigint, concurrent_ticks bigint, evidence_mb numeric,
+    score_mb numeric, relation_mb numeric, source_device text, source_util_pct numeric,
+    target_device text, target_util_pct numeric, estimated_copy_time interval, command text,
+    assumptions text, read_share_pct numeric, benefit_pct numeric, source_util_after_pct numeric,
+    target_util_after_pct numeric, source_await_ms numeric, source_await_after_ms numeric,
+    capacity_gain_pct numeric, coaccess_mb_separated numeric, last_evidence timestamptz,
+    verdict_code text, verdict text, relation_bytes bigint, relation_owner name,
+    nspname name, bare_name name, table_name name);
 
 /*
  * tsmove.autopilot_step(act, ...): one step of the autopilot in this
@@ -690,6 +773,7 @@ AS $step$
 DECLARE
     autopilot_mode text := current_setting('pg_tsmove.autopilot');
     evidence_window interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_evidence'));
+    settle_time interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.relation_map_refresh'));
     hold_time interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_hold'));
     min_benefit numeric := current_setting('pg_tsmove.autopilot_min_benefit')::numeric;
     min_read numeric := current_setting('pg_tsmove.autopilot_min_read_mb')::numeric;
@@ -697,13 +781,15 @@ DECLARE
     max_bytes bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_max_mb_per_day') * 1048576;
     rate numeric := nullif(current_setting('pg_tsmove.autopilot_max_rate_mb')::numeric, 0);
     win text := current_setting('pg_tsmove.autopilot_window');
-    targets text[] := string_to_array(replace(lower(current_setting('pg_tsmove.autopilot_targets')), ' ', ''), ',');
-    never text[] := string_to_array(replace(lower(current_setting('pg_tsmove.autopilot_never_move')), ' ', ''), ',');
+    targets name[] := ARRAY(SELECT t[1] FROM tsmove.autopilot_name_list(current_setting('pg_tsmove.autopilot_targets')) t);
+    never_list text := current_setting('pg_tsmove.autopilot_never_move');
     d record;
     c record;
     best record;
     have_best boolean := false;
     best_rel regclass;
+    acceptable jsonb[] := '{}';
+    i integer;
     code text;
     why text;
     m record;
@@ -767,24 +853,37 @@ BEGIN
     IF autopilot_mode = 'off' THEN
         RETURN;
     END IF;
+    -- the log keeps what it did for good, what it did not do for 30 days
+    IF NOT act THEN
+        DELETE FROM tsmove.decision
+        WHERE action IN ('skipped', 'proposed') AND last_seen_at < now() - interval '30 days';
+    END IF;
 
+    BEGIN   -- an error from here on is logged, not only in the server log
     -- 2. the candidates, then the policies
-    FOR c IN SELECT x.*, n.nspname, cl.relname AS bare_name
+    FOR c IN SELECT x.*, n.nspname, cl.relname AS bare_name, tbl.relname AS table_name
              FROM tsmove.advise_candidates(min_read, evidence_window) x
              JOIN pg_class cl ON cl.oid = x.relation::oid
              JOIN pg_namespace n ON n.oid = cl.relnamespace
+             LEFT JOIN pg_index ix ON ix.indexrelid = cl.oid
+             LEFT JOIN pg_class tbl ON tbl.oid = ix.indrelid AND tbl.relnamespace = cl.relnamespace
              ORDER BY (x.verdict_code IS NULL) DESC, x.benefit_pct DESC NULLS LAST, x.score_mb DESC
     LOOP
         -- a tablespace it may not move into is not a candidate at all
-        IF cardinality(targets) > 0 AND NOT (lower(c.target_tablespace) = ANY (targets)) THEN
+        IF cardinality(targets) > 0 AND NOT (c.target_tablespace = ANY (targets)) THEN
             CONTINUE;
         END IF;
         code := c.verdict_code;
         why := c.verdict;
-        IF code IS NULL AND (never && ARRAY[lower(c.nspname || '.' || c.bare_name),
-                                           lower(c.nspname || '.*'),
-                                           lower(current_database() || '.' || c.nspname || '.' || c.bare_name),
-                                           lower(current_database() || '.' || c.nspname || '.*')]) THEN
+        -- never-move entries name a table (its indexes and TOAST with it) or an index
+        IF code IS NULL AND EXISTS (
+               SELECT FROM tsmove.autopilot_name_list(never_list) n
+               CROSS JOIN LATERAL (VALUES (c.nspname, c.bare_name), (c.nspname, c.table_name)) AS r(nsp, rel)
+               WHERE r.rel IS NOT NULL
+                 AND CASE cardinality(n)
+                     WHEN 2 THEN n[1] = r.nsp AND n[2] IN (r.rel, '*')
+                     WHEN 3 THEN n[1] = current_database() AND n[2] = r.nsp AND n[3] IN (r.rel, '*')
+                     ELSE false END) THEN
             code := 'never_move';
             why := format('%s is in pg_tsmove.autopilot_never_move', c.relation);
         END IF;
@@ -801,6 +900,14 @@ BEGIN
                 why := NULL;
             END IF;
         END IF;
+        IF code IS NULL AND EXISTS (
+               SELECT FROM tsmove.decision s
+               WHERE s.relid = c.relation::oid AND s.target_tablespace = c.target_tablespace
+                 AND s.action = 'skipped' AND s.reason_code = 'move_refused'
+                 AND s.last_seen_at > now() - evidence_window) THEN
+            -- refused lately (logged then): others go first until a window has passed
+            CONTINUE;
+        END IF;
         IF code IS NULL AND c.benefit_pct < min_benefit THEN
             code := 'below_min_benefit';
             why := format('predicted benefit %s points of utilisation (%s at %s%%, %s after; %s at %s%%, %s after), below pg_tsmove.autopilot_min_benefit = %s',
@@ -813,6 +920,7 @@ BEGIN
                 best_rel := c.relation;
                 have_best := true;
             END IF;
+            acceptable := acceptable || to_jsonb(c);
             CONTINUE;
         END IF;
         -- log why not (look pass; not for the relation it will move)
@@ -840,30 +948,26 @@ BEGIN
                           CASE WHEN stopped THEN '' ELSE ' in database ' || coalesce((SELECT datname FROM pg_database WHERE oid = stopped_db)::text, stopped_db::text) END);
     ELSIF in_flight OR in_flight_elsewhere THEN
         RETURN;
-    ELSIF win <> '' THEN
-        win_from := split_part(win, '-', 1)::time;
-        win_to := split_part(win, '-', 2)::time;
-        IF NOT CASE WHEN win_from < win_to THEN localtime >= win_from AND localtime < win_to
-                    ELSE localtime >= win_from OR localtime < win_to END THEN
-            blocker_code := 'outside_window';
-            blocker := format('outside pg_tsmove.autopilot_window (%s, server time now %s)', win, date_trunc('second', localtime));
-        END IF;
+    ELSIF NOT tsmove.autopilot_window_open(win) THEN
+        blocker_code := 'outside_window';
+        blocker := format('outside pg_tsmove.autopilot_window (%s; server time now %s)', win,
+                          to_char(now() AT TIME ZONE coalesce((SELECT f.setting FROM pg_file_settings f
+                                                               WHERE f.name = 'timezone' AND f.applied
+                                                               ORDER BY f.seqno DESC LIMIT 1), 'GMT'), 'HH24:MI'));
     END IF;
-    IF blocker_code IS NULL AND greatest(cluster_last_finished, last_finished) > now() - evidence_window THEN
+    -- the last move must settle and be measured before the next one: its
+    -- window after must not hold another copy
+    IF blocker_code IS NULL AND greatest(cluster_last_finished, last_finished)
+                                > now() - 2 * evidence_window - settle_time THEN
         blocker_code := 'waiting_for_evidence';
-        blocker := format('the last move ended at %s; the autopilot waits for %s of load history after it (pg_tsmove.autopilot_evidence) before the next',
-                          date_trunc('second', greatest(cluster_last_finished, last_finished)), evidence_window);
+        blocker := format('the last move ended at %s; the autopilot measures it over the window that starts %s after it, and moves again only after that (pg_tsmove.autopilot_evidence)',
+                          date_trunc('second', greatest(cluster_last_finished, last_finished)),
+                          evidence_window + settle_time);
     END IF;
     IF blocker_code IS NULL AND greatest(cluster_moves_today, moves_today) >= max_moves THEN
         blocker_code := 'daily_moves';
         blocker := format('%s moves started in the last 24 hours, the most pg_tsmove.autopilot_max_moves_per_day allows',
                           greatest(cluster_moves_today, moves_today));
-    END IF;
-    IF blocker_code IS NULL AND max_bytes > 0
-       AND greatest(cluster_bytes_today, bytes_today) + best.relation_bytes > max_bytes THEN
-        blocker_code := 'daily_bytes';
-        blocker := format('moving %s (%s) would take the last 24 hours past pg_tsmove.autopilot_max_mb_per_day (%s moved)',
-                          best.relation, pg_size_pretty(best.relation_bytes), pg_size_pretty(greatest(cluster_bytes_today, bytes_today)));
     END IF;
     IF blocker_code IS NOT NULL THEN
         PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
@@ -871,31 +975,53 @@ BEGIN
                                      blocker_code, blocker, best.benefit_pct, to_jsonb(best), NULL);
         RETURN;
     END IF;
-    IF autopilot_mode = 'propose' THEN
-        PERFORM tsmove.autopilot_log('proposed', best.relation::oid, best.relation::text, best.kind,
+    -- the acceptable candidates, best first: one that is refused or too big
+    -- for the day's limit does not hold up the next
+    FOR i IN 1 .. cardinality(acceptable) LOOP
+        best := jsonb_populate_record(NULL::tsmove.autopilot_candidate, acceptable[i]);
+        IF max_bytes > 0 AND greatest(cluster_bytes_today, bytes_today) + best.relation_bytes > max_bytes THEN
+            PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'daily_bytes',
+                                         format('moving %s (%s) would take the last 24 hours past pg_tsmove.autopilot_max_mb_per_day (%s moved)',
+                                                best.relation, pg_size_pretty(best.relation_bytes),
+                                                pg_size_pretty(greatest(cluster_bytes_today, bytes_today))),
+                                         best.benefit_pct, acceptable[i], NULL);
+            CONTINUE;
+        END IF;
+        IF autopilot_mode = 'propose' THEN
+            PERFORM tsmove.autopilot_log('proposed', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'proposal', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
+                                         best.benefit_pct, acceptable[i], NULL);
+            RETURN;
+        END IF;
+        BEGIN
+            EXECUTE format('SET LOCAL ROLE %I', best.relation_owner);
+            new_job := tsmove.move(best.relation, best.target_tablespace, 'online', rate, false);
+            RESET ROLE;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'move_refused',
+                                         format('tsmove.move(%L, %L) as the owner, %s, failed: %s', best.relation::text,
+                                                best.target_tablespace, best.relation_owner, SQLERRM),
+                                         best.benefit_pct, acceptable[i], NULL);
+            CONTINUE;
+        END;
+        PERFORM tsmove.autopilot_log('started', best.relation::oid, best.relation::text, best.kind,
                                      best.source_tablespace, best.target_tablespace, best.relation_bytes,
-                                     'proposal', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
-                                     best.benefit_pct, to_jsonb(best), NULL);
+                                     'started', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
+                                     best.benefit_pct, acceptable[i], new_job);
+        in_flight := true;
         RETURN;
-    END IF;
-    BEGIN
-        EXECUTE format('SET LOCAL ROLE %I', best.relation_owner);
-        new_job := tsmove.move(best.relation, best.target_tablespace, 'online', rate, false);
-        RESET ROLE;
+    END LOOP;
     EXCEPTION WHEN OTHERS THEN
-        PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
-                                     best.source_tablespace, best.target_tablespace, best.relation_bytes,
-                                     'move_refused',
-                                     format('tsmove.move(%L, %L) as the owner, %s, failed: %s', best.relation::text,
-                                            best.target_tablespace, best.relation_owner, SQLERRM),
-                                     best.benefit_pct, to_jsonb(best), NULL);
-        RETURN;
+        GET STACKED DIAGNOSTICS why = MESSAGE_TEXT;
+        PERFORM tsmove.autopilot_log('skipped', NULL, NULL, NULL, NULL, NULL, NULL, 'error',
+                                     format('the autopilot''s step failed: %s', why), NULL, NULL, NULL);
+        best_benefit := NULL;
     END;
-    PERFORM tsmove.autopilot_log('started', best.relation::oid, best.relation::text, best.kind,
-                                 best.source_tablespace, best.target_tablespace, best.relation_bytes,
-                                 'started', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
-                                 best.benefit_pct, to_jsonb(best), new_job);
-    in_flight := true;
 END
 $step$;
 REVOKE ALL ON FUNCTION tsmove.autopilot_step(boolean, boolean, timestamptz, integer, bigint, oid) FROM PUBLIC;

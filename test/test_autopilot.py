@@ -303,8 +303,13 @@ def test_autopilot_knows_when_not_to_move(disks, pilot):
         assert 'permission denied for tablespace "tsb2"' in refused[0]["reason"], refused
         assert jobs(pilot) == []
         pilot.sql("GRANT CREATE ON TABLESPACE tsb2 TO app")
-        started = wait_for(lambda: [d for d in decisions(pilot) if d["action"] == "started"], 60,
-                           interval_s=0.5, what="the autopilot to start a move")
+        try:
+            started = wait_for(lambda: [d for d in decisions(pilot) if d["action"] == "started"], 60,
+                               interval_s=0.5, what="the autopilot to start a move")
+        except AssertionError as e:
+            raise AssertionError("%s; log: %s; server log: %s" % (
+                e, [(d["action"], d["relation"], d["reason_code"], d["times"], d["reason"][:200])
+                    for d in decisions(pilot)][-12:], pilot.log_contents()[-3000:]))
         assert len(started) == 1
         moved = started[0]
         assert moved["relation"] in ("public.a", "public.b") and moved["target_tablespace"] == "tsb2"

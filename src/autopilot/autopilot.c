@@ -17,6 +17,7 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
 #include <limits.h>
 
 #include "miscadmin.h"
@@ -24,7 +25,6 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/varlena.h"
 
 #include "autopilot/autopilot_internal.h"
 
@@ -59,7 +59,9 @@ parse_clock(const char *text, int len)
 				m;
 	char		buf[8];
 
-	if (len != 5 || text[2] != ':')
+	if (len != 5 || text[2] != ':' || !isdigit((unsigned char) text[0]) ||
+		!isdigit((unsigned char) text[1]) || !isdigit((unsigned char) text[3]) ||
+		!isdigit((unsigned char) text[4]))
 		return -1;
 	memcpy(buf, text, 5);
 	buf[5] = '\0';
@@ -97,36 +99,101 @@ check_window(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* A comma-separated list of names, each of 1 to max_parts dotted parts. */
-static bool
-check_name_list(const char *value, int min_parts, int max_parts, const char *what)
+/*
+ * Parse one dotted name starting at *p, as SQL writes it: parts separated
+ * by dots, each a double-quoted identifier ("" for a quote) or an unquoted
+ * one (letters, digits, _ and $), the last one * when allow_star.  Stops at
+ * a comma or the end; returns the number of parts, or -1 if malformed.
+ * tsmove.autopilot_name_list() reads what this accepts (parse_ident()).
+ */
+static int
+parse_dotted_name(const char **p, bool allow_star)
 {
-	char	   *raw;
-	List	   *items;
-	ListCell   *lc;
+	const char *c = *p;
+	int			parts = 0;
 
-	if (value == NULL || value[0] == '\0')
-		return true;
-	raw = pstrdup(value);
-	if (!SplitIdentifierString(raw, ',', &items))
+	while (isspace((unsigned char) *c))
+		c++;
+	for (;;)
 	{
-		GUC_check_errdetail("The list is not a comma-separated list of names.");
-		return false;
-	}
-	foreach(lc, items)
-	{
-		const char *item = lfirst(lc);
-		int			parts = 1;
-
-		for (const char *p = item; *p; p++)
-			if (*p == '.')
-				parts++;
-		if (parts < min_parts || parts > max_parts || item[0] == '.' ||
-			item[strlen(item) - 1] == '.' || strstr(item, "..") != NULL)
+		if (*c == '"')
 		{
-			GUC_check_errdetail("\"%s\" is not %s.", item, what);
+			c++;
+			for (;;)
+			{
+				if (*c == '\0')
+					return -1;
+				if (*c == '"' && c[1] == '"')
+					c += 2;
+				else if (*c == '"')
+					break;
+				else
+					c++;
+			}
+			c++;
+		}
+		else if (allow_star && *c == '*')
+		{
+			c++;
+			parts++;
+			while (isspace((unsigned char) *c))
+				c++;
+			if (parts < 2 || (*c != ',' && *c != '\0'))
+				return -1;		/* * only as the relation part */
+			*p = c;
+			return parts;
+		}
+		else
+		{
+			const char *start = c;
+
+			while (isalnum((unsigned char) *c) || *c == '_' || *c == '$' ||
+				   IS_HIGHBIT_SET(*c))
+				c++;
+			if (c == start || isdigit((unsigned char) *start) || *start == '$')
+				return -1;
+		}
+		parts++;
+		if (*c != '.')
+			break;
+		c++;
+	}
+	while (isspace((unsigned char) *c))
+		c++;
+	if (*c != ',' && *c != '\0')
+		return -1;
+	*p = c;
+	return parts;
+}
+
+/* A comma-separated list of dotted names of min_parts to max_parts parts. */
+static bool
+check_name_list(const char *value, int min_parts, int max_parts, bool allow_star,
+				const char *what)
+{
+	const char *p = value;
+
+	if (value == NULL)
+		return true;
+	while (*p)
+	{
+		const char *start;
+		int			parts;
+
+		while (isspace((unsigned char) *p))
+			p++;
+		start = p;
+		parts = parse_dotted_name(&p, allow_star);
+
+		if (parts < min_parts || parts > max_parts)
+		{
+			int			len = strcspn(start, ",");
+
+			GUC_check_errdetail("\"%.*s\" is not %s.", len, start, what);
 			return false;
 		}
+		if (*p == ',')
+			p++;
 	}
 	return true;
 }
@@ -134,13 +201,13 @@ check_name_list(const char *value, int min_parts, int max_parts, const char *wha
 static bool
 check_targets(char **newval, void **extra, GucSource source)
 {
-	return check_name_list(*newval, 1, 1, "a tablespace name");
+	return check_name_list(*newval, 1, 1, false, "a tablespace name");
 }
 
 static bool
 check_never_move(char **newval, void **extra, GucSource source)
 {
-	return check_name_list(*newval, 2, 3,
+	return check_name_list(*newval, 2, 3, true,
 						   "schema.relation or database.schema.relation (relation may be *)");
 }
 

@@ -36,6 +36,9 @@ typedef enum TsmAutopilotMode
  */
 typedef struct TsmStepOrder
 {
+	uint64		step_id;		/* echoed in the result: a step of a pilot
+								 * that died and restarted cannot answer for
+								 * a new one */
 	bool		act;			/* second pass: propose or start the best */
 	bool		in_flight;		/* a move the autopilot started is running */
 	TimestampTz last_finished;	/* latest end of an autopilot move, or 0 */
@@ -47,6 +50,7 @@ typedef struct TsmStepOrder
 /* What a step worker answers. */
 typedef struct TsmStepResult
 {
+	uint64		step_id;		/* the order's */
 	bool		answered;		/* the step ran to its end */
 	bool		installed;		/* the database has the extension (0.5+) */
 	double		best_benefit;	/* of its best acceptable candidate; < 0: none */

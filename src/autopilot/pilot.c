@@ -55,6 +55,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -101,12 +102,15 @@ list_databases(void)
  * if no worker slot was free or the step did not answer.
  */
 static bool
-run_step(Oid dbid, const TsmStepOrder *order, TsmStepResult *result)
+run_step(Oid dbid, TsmStepOrder *order, TsmStepResult *result)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	static TimestampTz last_no_slot_log = 0;
+	static uint64 last_step_id = 0;
 	pid_t		pid;
+
+	order->step_id = ((uint64) MyProcPid << 32) | (++last_step_id & 0xFFFFFFFF);
 
 	SpinLockAcquire(&tsm_autopilot->mutex);
 	memset(&tsm_autopilot->result, 0, sizeof(TsmStepResult));
@@ -145,7 +149,7 @@ run_step(Oid dbid, const TsmStepOrder *order, TsmStepResult *result)
 	SpinLockAcquire(&tsm_autopilot->mutex);
 	*result = tsm_autopilot->result;
 	SpinLockRelease(&tsm_autopilot->mutex);
-	return result->answered;
+	return result->answered && result->step_id == order->step_id;
 }
 
 /* One cycle: look in every database, then let the best one act. */
@@ -158,6 +162,8 @@ run_cycle(MemoryContext cycle_context)
 	TsmStepOrder order;
 	Oid			best_db = InvalidOid;
 	double		best_benefit = -1;
+	bool		all_answered = true;
+	static TimestampTz last_silent_log = 0;
 
 	memset(&order, 0, sizeof(order));
 	order.stopped_db = InvalidOid;
@@ -170,7 +176,24 @@ run_cycle(MemoryContext cycle_context)
 		if (ShutdownRequestPending)
 			break;
 		memset(&look, 0, sizeof(look));
-		if (!run_step(dbid, &look, &r) || !r.installed)
+		if (!run_step(dbid, &look, &r))
+		{
+			/*
+			 * A database that did not answer may have a move of ours running
+			 * or have used the day's moves: acting without it could break
+			 * "one at a time" or the limits, so nothing acts this cycle.
+			 */
+			all_answered = false;
+			if (TimestampDifferenceExceeds(last_silent_log, GetCurrentTimestamp(), 600 * 1000))
+			{
+				ereport(LOG,
+						(errmsg("pg_tsmove autopilot: the step in database %u did not answer; no move this cycle", dbid),
+						 errhint("The server log shows the step's error, if it had one.")));
+				last_silent_log = GetCurrentTimestamp();
+			}
+			continue;
+		}
+		if (!r.installed)
 			continue;
 		order.in_flight |= r.in_flight;
 		order.last_finished = Max(order.last_finished, r.last_finished);
@@ -184,7 +207,8 @@ run_cycle(MemoryContext cycle_context)
 			best_db = dbid;
 		}
 	}
-	if (OidIsValid(best_db) && best_benefit >= 0 && !order.in_flight && !ShutdownRequestPending)
+	if (OidIsValid(best_db) && best_benefit >= 0 && !order.in_flight && all_answered &&
+		!ShutdownRequestPending)
 	{
 		TsmStepResult r;
 
@@ -288,6 +312,9 @@ tsm_autopilot_step_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, BGWORKER_BYPASS_ALLOWCONN);
 	pgstat_report_appname("pg_tsmove autopilot");
+	/* a database's owner must not make the step fail (ALTER DATABASE ... SET) */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -353,6 +380,7 @@ tsm_autopilot_step_main(Datum main_arg)
 	pgstat_report_stat(true);
 
 	result.answered = true;
+	result.step_id = order.step_id;
 	SpinLockAcquire(&tsm_autopilot->mutex);
 	tsm_autopilot->result = result;
 	SpinLockRelease(&tsm_autopilot->mutex);
