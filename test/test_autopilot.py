@@ -331,13 +331,24 @@ def test_autopilot_knows_when_not_to_move(disks, pilot):
             measured["predicted_benefit_pct"], measured["measured_benefit_pct"],
             measured["verdict"], measured["measured"]))
         m = measured["measured"]
-        assert measured["measured_benefit_pct"] is not None, measured
         assert m["after_blocks_read_s"] > 0 and m["before_blocks_read_s"] > 0, m
         assert m["after_target_util_pct"] > m["before_target_util_pct"], m
-        helped = measured["measured_benefit_pct"] >= measured["predicted_benefit_pct"] / 2 > 0
-        assert measured["verdict"] == ("helped" if helped else "did not help"), measured
         stopped = [d for d in decisions(pilot) if d["action"] == "stopped"]
-        if helped:
+        if measured["measured_benefit_pct"] is None:
+            # the work changed too much between the windows to judge (the
+            # page cache serves much of this small workload): no verdict,
+            # and no reason to stop
+            assert measured["verdict"] == "not measurable", measured
+            assert not 0.25 <= m["work_ratio"] <= 4 or min(m["after_blocks_read_s"],
+                                                           m["before_blocks_read_s"]) < 10, m
+            assert stopped == []
+            helped = None
+        else:
+            helped = measured["measured_benefit_pct"] >= measured["predicted_benefit_pct"] / 2 > 0
+            assert measured["verdict"] == ("helped" if helped else "did not help"), measured
+        if helped is None:
+            pass
+        elif helped:
             assert stopped == []
         else:
             # the benefit did not come: it stopped, says so, and only a person resumes it
