@@ -7,6 +7,7 @@ while the extension does not build.
 """
 
 import os
+import re
 import struct
 
 import pytest
@@ -25,9 +26,17 @@ def plain_primary(clusters, **kwargs):
     return cluster
 
 
+def default_version():
+    """default_version of control/pg_tsmove.control: what CREATE EXTENSION installs."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "control", "pg_tsmove.control")) as f:
+        return re.search(r"^default_version = '([^']+)'", f.read(), re.M).group(1)
+
+
 def test_primary_and_standby_fixtures(primary, standby):
+    assert default_version() == "0.5"
     assert primary.sql_scalar(
-        "SELECT extversion FROM pg_extension WHERE extname = 'pg_tsmove'") == "0.4"
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_tsmove'") == default_version()
     assert set(primary.tablespaces) == {"ts_a", "ts_b"}
     assert standby.sql_scalar("SELECT pg_is_in_recovery()") is True
     assert standby.sql_scalar("SHOW shared_preload_libraries") == "pg_tsmove"
