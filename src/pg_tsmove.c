@@ -233,5 +233,4 @@ _PG_init(void)
 
 	tsm_register_launcher();
 	tsm_monitor_register_workers();	/* the sampler, after the launcher */
-	tsm_autopilot_register_worker();	/* the pilot, idle while it is off */
 }

@@ -17,7 +17,9 @@
  * with their checks.
  *
  *	autopilot.c		set-up: the policy GUCs and their check hooks, the
- *					shared memory, the pilot's registration.
+ *					shared memory, the pilot's start (the sampler calls
+ *					tsm_autopilot_ensure_pilot(): the pilot runs only
+ *					while pg_tsmove.autopilot is not off).
  *	pilot.c			the pilot worker (one per cluster, the loop) and the
  *					step worker (one per database and step, short-lived).
  *
@@ -34,7 +36,7 @@
 
 /* autopilot.c: called from _PG_init and the shared-memory hooks */
 extern void tsm_autopilot_init(void);
-extern void tsm_autopilot_register_worker(void);
+extern void tsm_autopilot_ensure_pilot(void);	/* the sampler's pass */
 extern Size tsm_autopilot_shmem_size(void);
 extern void tsm_autopilot_shmem_init(void);
 

@@ -229,9 +229,9 @@ pilot_exit(int code, Datum arg)
 
 /*
  * tsm_autopilot_main
- *		The pilot: one cycle every pg_tsmove.autopilot_interval while
- *		pg_tsmove.autopilot is not off.  Connected to no database (it reads
- *		only pg_database).
+ *		The pilot: one cycle every pg_tsmove.autopilot_interval; it exits
+ *		once pg_tsmove.autopilot is off (the sampler starts it again).
+ *		Connected to no database (it reads only pg_database).
  */
 void
 tsm_autopilot_main(Datum main_arg)
@@ -253,7 +253,7 @@ tsm_autopilot_main(Datum main_arg)
 	/* the first look one interval after start: the monitoring needs samples */
 	next_cycle = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											 tsm_autopilot_interval_s * 1000L);
-	while (!ShutdownRequestPending)
+	while (!ShutdownRequestPending && tsm_autopilot_mode != TSM_AUTOPILOT_OFF)
 	{
 		TimestampTz now;
 		long		timeout_ms;

@@ -19,7 +19,9 @@
  *	sampler.c		the sampler worker, the monitoring's clock: an I/O
  *					sample, a concurrency tick, the history's bucket, the
  *					relation map's schedule.  Calls tablespace_io.c,
- *					coaccess.c, history.c, relation_map.c, common.c.
+ *					coaccess.c, history.c, relation_map.c, common.c; and,
+ *					the one call out of monitor/, starts the autopilot's
+ *					pilot while it is on (autopilot/autopilot.h).
  *	tablespace_io.c per-tablespace I/O; feeds history.c and asks
  *					relation_map.c where a relation lives.  Calls those two
  *					and common.c.

@@ -38,6 +38,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "autopilot/autopilot.h"
 #include "monitor/monitor_internal.h"
 
 /* Seconds before the postmaster restarts a sampler that died. */
@@ -109,6 +110,8 @@ tsm_sampler_main(Datum main_arg)
 			next_tick = Min(next_tick,
 							TimestampTzPlusMilliseconds(now, tsm_coaccess_sample_interval_ms));
 		}
+		/* the autopilot's pilot runs while it is on (the clock's one call out) */
+		tsm_autopilot_ensure_pilot();
 
 		if (tsm_sample_interval_ms > 0 && now >= next_io)
 		{
