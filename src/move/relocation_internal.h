@@ -97,6 +97,8 @@ typedef struct TsmRelocation
 	bool		stragglers_done;
 	bool		marks_written;	/* relocation_marks.c, in both locations */
 	TimestampTz switched_at;	/* when the link was checked and renamed */
+	TimestampTz barrier_lagging_since;	/* the first probe in a row that a
+										 * process did not answer, or 0 */
 } TsmRelocation;
 
 /* The relocation's state, and the sink's state of a file of its set. */

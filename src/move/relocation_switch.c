@@ -146,6 +146,44 @@ lock_relation(void *arg, int i)
 }
 
 /*
+ * The probe found a process that has not closed its files: say so, and,
+ * once pg_tsmove.switch_cancel_blockers_after has passed since the first
+ * such probe, terminate it if it is a session blocked writing to its
+ * client (relocation_barrier.c; a cancel would not reach it).
+ */
+static void
+note_barrier_laggard(TsmJob *job, int laggard)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (st->barrier_lagging_since == 0)
+		st->barrier_lagging_since = now;
+	if (laggard != 0 && tsm_switch_cancel_blockers_after_ms >= 0 &&
+		TimestampDifferenceExceeds(st->barrier_lagging_since, now,
+								   tsm_switch_cancel_blockers_after_ms) &&
+		tsm_terminate_client_writer(laggard))
+	{
+		ereport(LOG,
+				(errmsg("pg_tsmove: terminated process %d, which was blocked writing to its client "
+						"and kept the relocation of tablespace \"%s\" from switching",
+						laggard, st->spcname),
+				 errdetail("pg_tsmove.switch_cancel_blockers_after is %d ms.",
+						   tsm_switch_cancel_blockers_after_ms)));
+		tsm_ctl_note(&job->ctl, "terminated process %d, which was blocked writing to its client "
+					 "(it does not answer procsignal barriers); retrying", laggard);
+	}
+	else if (laggard != 0)
+		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
+					 "answer procsignal barriers): the switch takes no lock until it does",
+					 laggard, TSM_BARRIER_PROBE_MS / 1000);
+	else
+		tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
+					 "answer procsignal barriers): the switch takes no lock until it does",
+					 TSM_BARRIER_PROBE_MS / 1000);
+}
+
+/*
  * switch_lock: look up every relation once more, then take
  * AccessExclusiveLock on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
@@ -200,16 +238,10 @@ tsm_relocation_switch_lock(TsmJob *job)
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
 	{
 		CommitTransactionCommand();
-		if (laggard != 0)
-			tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
-						 "answer procsignal barriers): the switch takes no lock until it does",
-						 laggard, TSM_BARRIER_PROBE_MS / 1000);
-		else
-			tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
-						 "answer procsignal barriers): the switch takes no lock until it does",
-						 TSM_BARRIER_PROBE_MS / 1000);
+		note_barrier_laggard(job, laggard);
 		return false;
 	}
+	st->barrier_lagging_since = 0;
 	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
 		return true;
 	note_contended(job, &st->locked[failed_at]);
@@ -464,16 +496,13 @@ remove_unlinked_tombstones(TsmJob *job)
 }
 
 /*
- * Every process closes the descriptors it has of the old files.  The
- * worker absorbs the barrier itself: its interrupts may be held.
+ * Every process closes the descriptors it has of the old files
+ * (relocation_barrier.c).  Called with interrupts held, or in cleanup.
  */
 void
 tsm_reloc_release_old_descriptors(TsmRelocation *st)
 {
-	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
-
-	ProcessProcSignalBarrier();
-	WaitForProcSignalBarrier(generation);
+	tsm_barrier_release();
 	st->barrier_done = true;
 }
 
