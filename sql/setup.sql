@@ -15,6 +15,7 @@ ALTER EXTENSION pg_tsmove SET SCHEMA public;
 SHOW pg_tsmove.max_rate_mb;
 SHOW pg_tsmove.switch_lock_timeout;
 SHOW pg_tsmove.switch_cancel_blockers_after;
+SHOW pg_tsmove.switch_terminate_client_writers_after;
 SHOW pg_tsmove.max_workers;
 SHOW pg_tsmove.switch_backlog_blocks;
 SHOW pg_tsmove.yield_to_ddl;

@@ -179,6 +179,18 @@ _PG_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("pg_tsmove.switch_terminate_client_writers_after",
+							"Time a session blocked writing to its client may hold a relocation's switch before it is terminated.",
+							"Such a session does not answer the procsignal barrier that makes every process close "
+							"the tablespace's old files, and a cancel does not reach it.  A relocation's switch "
+							"that it holds this long, seen lagging at least 5 s twice before the locks or once "
+							"after the rename, sends it SIGTERM.  Only client sessions whose wait event is "
+							"ClientWrite.  -1 never terminates.",
+							&tsm_switch_terminate_client_writers_after_ms,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("pg_tsmove.max_workers",
 							"Largest number of moves running at once.",
 							"Each running move uses one background worker; max_worker_processes must leave room.",

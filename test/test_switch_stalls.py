@@ -7,18 +7,22 @@ barrier).  Two processes that do not answer it:
 
 - a backend inside COPY FROM PROGRAM, blocked reading its program, after it
   read the tablespace's table: the switch takes no lock while it lags, the
-  job names it, queries of the tablespace run, and once the program ends
-  the relocation finishes;
-- a backend blocked writing to a client that stopped reading: the
-  barrier's signal sometimes lets its write go a little further, and it
-  answers one barrier and not the next, so the try before the locks cannot
-  tell whether it will answer the barrier after the rename
-  (relocation_barrier.c).  With pg_tsmove.switch_cancel_blockers_after set
-  it is terminated, wherever it holds the switch, and the relocation
-  finishes.
+  job names it, queries of the tablespace run, it is not terminated, and
+  once the program ends the relocation finishes;
+- a backend blocked writing to a client that stopped reading.  It may
+  answer one barrier and not the next (the barrier's signal can let its
+  write go a little further when its client reads a little, as psql does),
+  so the try before the locks cannot promise the barrier after the rename
+  (relocation_barrier.c).  With
+  pg_tsmove.switch_terminate_client_writers_after set it is sent SIGTERM,
+  before the locks or after the rename, and the relocation finishes.  The
+  client here never reads after its query, so it answers no barrier at
+  all, and each path is reached on purpose.
 """
 
 import os
+import socket
+import struct
 import subprocess
 import time
 
@@ -26,7 +30,8 @@ import pytest
 
 from moves import job_row, wait_for, wait_job
 from pgcluster import PG_BIN, chown_to_server_user
-from test_relocation import location_of, make_relocatable_table, new_location, relocate
+from test_relocation import (end_pause, location_of, make_relocatable_table, new_location,
+                             relocate, relocate_paused_at)
 
 
 def open_files_under(pid, directory):
@@ -43,16 +48,27 @@ def open_files_under(pid, directory):
 
 
 def stalled_copy_client(cluster):
-    """psql running a COPY whose output nobody reads; returns (process,
-    backend pid) once the backend waits in ClientWrite."""
-    client = subprocess.Popen(
-        [os.path.join(PG_BIN, "psql"), "-X", "-d", cluster.conninfo(), "-c",
-         "COPY (SELECT g, repeat('x', 500) FROM generate_series(1, 2000000) g) TO STDOUT"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    """A session, over a raw socket, whose COPY output nobody reads; returns
+    (socket, backend pid) once the backend waits in ClientWrite."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.path.join(cluster.socket_dir, ".s.PGSQL.%d" % cluster.port))
+    params = b"user\0postgres\0database\0postgres\0application_name\0stalled\0\0"
+    sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+    answer = b""
+    while not answer.endswith(b"Z\0\0\0\x05I"):      # ReadyForQuery, idle
+        chunk = sock.recv(65536)
+        assert chunk, answer
+        answer += chunk
+    query = b"COPY (SELECT g, repeat('x', 500) FROM generate_series(1, 2000000) g) TO STDOUT\0"
+    sock.sendall(b"Q" + struct.pack("!i", 4 + len(query)) + query)
     rows = wait_for(lambda: cluster.sql(
-        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'ClientWrite' AND query LIKE 'COPY%%'"),
-        60, what="the COPY to block on its client")
-    return client, rows[0][0]
+        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'ClientWrite' "
+        "AND application_name = 'stalled'"), 60, what="the COPY to block on its client")
+    return sock, rows[0][0]
+
+
+def attempts(cluster, job):
+    return job_row(cluster, job)["switch_attempts"]
 
 
 @pytest.mark.matrix
@@ -88,17 +104,27 @@ def test_process_holding_old_files_holds_no_switch_lock(primary):
             conn.execute("UPDATE victim SET pad = pad WHERE id = 1")
             assert time.monotonic() - started < 1
         assert location_of(primary, "ts_a") == old
-        # not blocked on a client: not terminated, even with the setting
-        primary.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = 0")
+        # not blocked on a client: not terminated, even with the setting,
+        # over two more attempts that each named it
+        primary.sql("ALTER SYSTEM SET pg_tsmove.switch_terminate_client_writers_after = 0")
         primary.sql("SELECT pg_reload_conf()")
-        time.sleep(8)
+        seen = attempts(primary, job)
+        wait_for(lambda: attempts(primary, job) >= seen + 3, 60, what="three more attempts")
         assert primary.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (holder,)) == [(1,)]
-        assert job_row(primary, job)["state"] == "catching_up"
+        row = job_row(primary, job)
+        assert row["state"] == "catching_up" and "process %d" % holder in row["error"], row
     finally:
-        try:                    # the program reads the end of its input: COPY finishes
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            session.kill()      # no reader: the session failed before its COPY
+        # the program reads the end of its input: COPY finishes
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                break
+            except OSError:     # no reader yet
+                if time.monotonic() > deadline:
+                    session.kill()
+                    break
+                time.sleep(0.1)
         _, errors = session.communicate(timeout=60)
     assert session.returncode == 0, errors
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
@@ -107,25 +133,47 @@ def test_process_holding_old_files_holds_no_switch_lock(primary):
     assert primary.amcheck() == [] and primary.orphan_files() == []
 
 
+def check_terminated(cluster, job, stalled_pid, where):
+    assert wait_job(cluster, job, 120) == "done", job_row(cluster, job)
+    assert cluster.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (stalled_pid,)) == []
+    assert "pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client and %s" \
+        % (stalled_pid, where) in cluster.log_contents()
+
+
 @pytest.mark.matrix
-@pytest.mark.pg_conf("pg_tsmove.switch_cancel_blockers_after = '1s'")
-def test_session_blocked_on_its_client_is_terminated(primary):
+@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = 0")
+def test_client_writer_lagging_before_the_locks_is_terminated(primary):
     expected = make_relocatable_table(primary)
     new = new_location(primary, "relocated")
     client, stalled_pid = stalled_copy_client(primary)
     try:
         job = relocate(primary, "ts_a", new)
-        # whether it lagged at the try before the locks or at the barrier
-        # after the rename, it is terminated and the relocation finishes
-        assert wait_job(primary, job, 120) == "done", job_row(primary, job)
-        assert primary.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (stalled_pid,)) == []
-        with open(primary.log_file) as log:
-            text = log.read()
-            assert "pg_tsmove: terminated process %d, which was blocked writing to its client" \
-                % stalled_pid in text
+        check_terminated(primary, job, stalled_pid, "kept the relocation of tablespace \"ts_a\" "
+                         "from switching")
+        assert "after the rename" not in primary.log_contents()
     finally:
-        client.kill()
-        client.wait()
+        client.close()
+    assert location_of(primary, "ts_a") == new
+    assert primary.row_hash("victim", "id") == expected
+    assert primary.amcheck() == [] and primary.orphan_files() == []
+
+
+@pytest.mark.matrix
+@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = 0")
+def test_client_writer_lagging_after_the_rename_is_terminated(primary):
+    """The session starts while the switch holds its locks, after the try:
+    it lags only the barrier after the rename, held with interrupts and
+    every lock."""
+    expected = make_relocatable_table(primary)
+    new = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "renaming", new)
+    client, stalled_pid = stalled_copy_client(primary)
+    try:
+        end_pause(primary)
+        check_terminated(primary, job, stalled_pid, "held the relocation's switch after the rename")
+        assert "kept the relocation" not in primary.log_contents()
+    finally:
+        client.close()
     assert location_of(primary, "ts_a") == new
     assert primary.row_hash("victim", "id") == expected
     assert primary.amcheck() == [] and primary.orphan_files() == []

@@ -26,12 +26,15 @@
  * So it can answer the probe and not the barrier after the rename, which
  * then holds every lock until the client reads or goes (README, Limits).
  * A cancel does not reach such a backend; a termination does
- * (ProcessClientWriteInterrupt()).  With pg_tsmove.switch_cancel_blockers_after
- * set, a client session blocked writing to its client that holds the
- * switch that long is terminated: before the locks, by the caller; after
- * the rename, from the same hook, since the wait runs with interrupts held
- * (tsm_barrier_release()).  A relocation is a superuser's: it may signal
- * any session.
+ * (ProcessClientWriteInterrupt(), unless it holds interrupts itself).  With
+ * pg_tsmove.switch_terminate_client_writers_after set, a client session
+ * whose wait event is ClientWrite and that holds the switch that long is
+ * sent SIGTERM: before the locks by the caller, once two probes in a row
+ * named it; after the rename from the same hook, at the reports that name
+ * it, since that wait runs with interrupts held (tsm_barrier_release()).
+ * A slow reader cannot be told from one that stopped: the setting is the
+ * DBA's choice of how long the tablespace may wait for either.  Only a
+ * superuser can submit a relocation, so the worker may signal any session.
  *
  * The wait runs in an internal subtransaction, so that the timeout's
  * cancel, turned into an error inside the condition-variable sleep, is
@@ -50,6 +53,7 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/procsignal.h"
+#include "replication/walsender_private.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timeout.h"
@@ -68,29 +72,58 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
 
 /* While the barrier after the rename is waited for (tsm_barrier_release). */
 static bool releasing = false;
-static TimestampTz release_started = 0;
-static int	release_terminated = 0;	/* the last process terminated, or 0 */
+static int	release_named = 0;	/* the last process a report named */
+static TimestampTz release_named_at = 0;	/* its first report */
+static int	release_terminated = 0; /* the last process sent SIGTERM, or 0 */
+
+/* Whether pid is a walsender (PGPROC tells it apart only from 18 on). */
+static bool
+is_walsender(int pid)
+{
+	if (WalSndCtl == NULL)
+		return false;
+	for (int i = 0; i < max_wal_senders; i++)
+		if (((volatile WalSnd *) &WalSndCtl->walsnds[i])->pid == pid)
+			return true;
+	return false;
+}
 
 /*
  * tsm_terminate_client_writer
  *		If pid is a client session blocked writing to its client, send it
- *		SIGTERM and return true.  Takes ProcArrayLock; no ereport, no palloc.
+ *		SIGTERM and return true.  Sent under ProcArrayLock, so that the PID
+ *		is still that session's.  No ereport, no palloc.
  */
 bool
 tsm_terminate_client_writer(int pid)
 {
 	PGPROC	   *proc;
-	bool		writing = false;
+	bool		sent = false;
 
-	if (pid == 0 || pid == MyProcPid)
+	if (pid == 0 || pid == MyProcPid || is_walsender(pid))
 		return false;
 	LWLockAcquire(ProcArrayLock, LW_SHARED);
 	proc = BackendPidGetProcWithLock(pid);
-	if (proc != NULL)
-		writing = tsm_proc_is_client_session(proc) &&
-			((volatile PGPROC *) proc)->wait_event_info == WAIT_EVENT_CLIENT_WRITE;
+	if (proc != NULL && tsm_proc_is_client_session(proc) &&
+		(proc->statusFlags & PROC_IS_AUTOVACUUM) == 0 &&
+		((volatile PGPROC *) proc)->wait_event_info == WAIT_EVENT_CLIENT_WRITE)
+		sent = kill(pid, SIGTERM) == 0;
 	LWLockRelease(ProcArrayLock);
-	return writing && kill(pid, SIGTERM) == 0;
+	return sent;
+}
+
+/* The PID in WaitForProcSignalBarrier()'s report, or 0 if it is not one. */
+static int
+reported_laggard(const ErrorData *edata)
+{
+	const char *p = edata->message;
+
+	if (edata->elevel != LOG || edata->message_id == NULL || p == NULL ||
+		strcmp(edata->message_id, TSM_BARRIER_WAIT_MESSAGE) != 0)
+		return 0;
+	while (*p != '\0' && !isdigit((unsigned char) *p))
+		p++;
+	return atoi(p);
 }
 
 static void
@@ -102,32 +135,33 @@ probe_timeout_handler(void)
 	SetLatch(MyLatch);
 }
 
-/* While probing: the PID that WaitForProcSignalBarrier() says it waits for. */
+/*
+ * WaitForProcSignalBarrier() reports every 5 s the process it waits for.
+ * While probing: remember it.  While releasing: once the same process has
+ * been named for pg_tsmove.switch_terminate_client_writers_after, terminate
+ * it if it is blocked writing to its client.  Runs with interrupts held:
+ * nothing here may throw.
+ */
 static void
 capture_laggard(ErrorData *edata)
 {
-	if (probing && edata->elevel == LOG && edata->message_id != NULL &&
-		strcmp(edata->message_id, TSM_BARRIER_WAIT_MESSAGE) == 0 && edata->message != NULL)
-	{
-		const char *p = edata->message;
+	int			pid = reported_laggard(edata);
 
-		while (*p != '\0' && !isdigit((unsigned char) *p))
-			p++;
-		laggard_pid = atoi(p);
-	}
-	if (releasing && tsm_switch_cancel_blockers_after_ms >= 0 &&
-		edata->elevel == LOG && edata->message_id != NULL &&
-		strcmp(edata->message_id, TSM_BARRIER_WAIT_MESSAGE) == 0 && edata->message != NULL &&
-		TimestampDifferenceExceeds(release_started, GetCurrentTimestamp(),
-								   tsm_switch_cancel_blockers_after_ms))
+	if (pid != 0 && probing)
+		laggard_pid = pid;
+	if (pid != 0 && releasing)
 	{
-		const char *p = edata->message;
-		int			pid;
+		TimestampTz now = GetCurrentTimestamp();
 
-		while (*p != '\0' && !isdigit((unsigned char) *p))
-			p++;
-		pid = atoi(p);
-		if (tsm_terminate_client_writer(pid))
+		if (pid != release_named)
+		{
+			release_named = pid;
+			release_named_at = now;
+		}
+		if (tsm_switch_terminate_client_writers_after_ms >= 0 &&
+			TimestampDifferenceExceeds(release_named_at, now,
+									   tsm_switch_terminate_client_writers_after_ms) &&
+			tsm_terminate_client_writer(pid))
 			release_terminated = pid;
 	}
 	if (prev_emit_log_hook)
@@ -151,29 +185,31 @@ install_hooks(void)
  *		old files.  Emits the barrier, answers it (our interrupts may be
  *		held) and waits for every process, with no bound: an error here
  *		would release the locks with old descriptors still open.  With
- *		pg_tsmove.switch_cancel_blockers_after set, a client session blocked
- *		writing to its client that holds the wait that long is terminated
- *		(from the hook, at WaitForProcSignalBarrier()'s 5 s reports).
+ *		pg_tsmove.switch_terminate_client_writers_after set, a client
+ *		session blocked writing to its client that the wait's reports name
+ *		that long is sent SIGTERM (capture_laggard).  Returns the last one,
+ *		or 0.
  */
-void
+int
 tsm_barrier_release(void)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 
 	install_hooks();
 	ProcessProcSignalBarrier();
-	release_started = GetCurrentTimestamp();
+	release_named = 0;
 	release_terminated = 0;
 	releasing = true;
 	WaitForProcSignalBarrier(generation);
 	releasing = false;
 	if (release_terminated != 0)
 		ereport(LOG,
-				(errmsg("pg_tsmove: terminated process %d, which was blocked writing to its client "
+				(errmsg("pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client "
 						"and held the relocation's switch after the rename",
 						release_terminated),
-				 errdetail("pg_tsmove.switch_cancel_blockers_after is %d ms.",
-						   tsm_switch_cancel_blockers_after_ms)));
+				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
+						   tsm_switch_terminate_client_writers_after_ms)));
+	return release_terminated;
 }
 
 /*

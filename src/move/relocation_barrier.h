@@ -13,7 +13,7 @@
 #define TSM_BARRIER_PROBE_MS 6000
 
 extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
-extern void tsm_barrier_release(void);
+extern int	tsm_barrier_release(void);
 extern bool tsm_terminate_client_writer(int pid);
 
 #endif							/* TSM_RELOCATION_BARRIER_H */

@@ -97,8 +97,8 @@ typedef struct TsmRelocation
 	bool		stragglers_done;
 	bool		marks_written;	/* relocation_marks.c, in both locations */
 	TimestampTz switched_at;	/* when the link was checked and renamed */
-	TimestampTz barrier_lagging_since;	/* the first probe in a row that a
-										 * process did not answer, or 0 */
+	int			barrier_laggard;	/* the process the last probe named, or 0 */
+	TimestampTz barrier_laggard_since;	/* the first probe in a row naming it */
 } TsmRelocation;
 
 /* The relocation's state, and the sink's state of a file of its set. */

@@ -147,9 +147,10 @@ lock_relation(void *arg, int i)
 
 /*
  * The probe found a process that has not closed its files: say so, and,
- * once pg_tsmove.switch_cancel_blockers_after has passed since the first
- * such probe, terminate it if it is a session blocked writing to its
- * client (relocation_barrier.c; a cancel would not reach it).
+ * if the previous probe named the same process and
+ * pg_tsmove.switch_terminate_client_writers_after has passed since, send
+ * it SIGTERM when it is a session blocked writing to its client
+ * (relocation_barrier.c; a cancel would not reach it).
  */
 static void
 note_barrier_laggard(TsmJob *job, int laggard)
@@ -157,23 +158,27 @@ note_barrier_laggard(TsmJob *job, int laggard)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (st->barrier_lagging_since == 0)
-		st->barrier_lagging_since = now;
-	if (laggard != 0 && tsm_switch_cancel_blockers_after_ms >= 0 &&
-		TimestampDifferenceExceeds(st->barrier_lagging_since, now,
-								   tsm_switch_cancel_blockers_after_ms) &&
-		tsm_terminate_client_writer(laggard))
+	if (laggard == 0 || laggard != st->barrier_laggard)
+	{
+		st->barrier_laggard = laggard;
+		st->barrier_laggard_since = now;
+	}
+	else if (tsm_switch_terminate_client_writers_after_ms >= 0 &&
+			 TimestampDifferenceExceeds(st->barrier_laggard_since, now,
+										tsm_switch_terminate_client_writers_after_ms) &&
+			 tsm_terminate_client_writer(laggard))
 	{
 		ereport(LOG,
-				(errmsg("pg_tsmove: terminated process %d, which was blocked writing to its client "
+				(errmsg("pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client "
 						"and kept the relocation of tablespace \"%s\" from switching",
 						laggard, st->spcname),
-				 errdetail("pg_tsmove.switch_cancel_blockers_after is %d ms.",
-						   tsm_switch_cancel_blockers_after_ms)));
-		tsm_ctl_note(&job->ctl, "terminated process %d, which was blocked writing to its client "
+				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
+						   tsm_switch_terminate_client_writers_after_ms)));
+		tsm_ctl_note(&job->ctl, "sent SIGTERM to process %d, which was blocked writing to its client "
 					 "(it does not answer procsignal barriers); retrying", laggard);
+		return;
 	}
-	else if (laggard != 0)
+	if (laggard != 0)
 		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
 					 "answer procsignal barriers): the switch takes no lock until it does",
 					 laggard, TSM_BARRIER_PROBE_MS / 1000);
@@ -241,7 +246,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 		note_barrier_laggard(job, laggard);
 		return false;
 	}
-	st->barrier_lagging_since = 0;
+	st->barrier_laggard = 0;
 	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
 		return true;
 	note_contended(job, &st->locked[failed_at]);
@@ -502,7 +507,7 @@ remove_unlinked_tombstones(TsmJob *job)
 void
 tsm_reloc_release_old_descriptors(TsmRelocation *st)
 {
-	tsm_barrier_release();
+	(void) tsm_barrier_release();
 	st->barrier_done = true;
 }
 
