@@ -182,10 +182,11 @@ _PG_init(void)
 	DefineCustomIntVariable("pg_tsmove.switch_terminate_client_writers_after",
 							"Time a session blocked writing to its client may hold a relocation's switch before it is terminated.",
 							"Such a session does not answer the procsignal barrier that makes every process close "
-							"the tablespace's old files, and a cancel does not reach it.  A relocation's switch "
-							"that it holds this long, seen lagging at least 5 s twice before the locks or once "
-							"after the rename, sends it SIGTERM.  Only client sessions whose wait event is "
-							"ClientWrite.  -1 never terminates.",
+							"the tablespace's old files, and a cancel does not reach it.  Before the locks it is "
+							"sent SIGTERM when two tries in a row named it and this long has passed since the "
+							"first; after the rename, at the barrier wait's reports (every 5 s) once the wait has "
+							"lasted this long.  Only client sessions whose wait event is ClientWrite, and only "
+							"while the job's submitter is a superuser.  -1 never terminates.",
 							&tsm_switch_terminate_client_writers_after_ms,
 							-1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,

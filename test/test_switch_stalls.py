@@ -15,9 +15,10 @@ barrier).  Two processes that do not answer it:
   so the try before the locks cannot promise the barrier after the rename
   (relocation_barrier.c).  With
   pg_tsmove.switch_terminate_client_writers_after set it is sent SIGTERM,
-  before the locks or after the rename, and the relocation finishes.  The
-  client here never reads after its query, so it answers no barrier at
-  all, and each path is reached on purpose.
+  before the locks or after the rename, and the relocation finishes;
+  unset, it is named and waited for with no lock.  The client here never
+  reads after its query, so it answers no barrier at all, and each path is
+  reached on purpose.
 """
 
 import os
@@ -51,6 +52,7 @@ def stalled_copy_client(cluster):
     """A session, over a raw socket, whose COPY output nobody reads; returns
     (socket, backend pid) once the backend waits in ClientWrite."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
     sock.connect(os.path.join(cluster.socket_dir, ".s.PGSQL.%d" % cluster.port))
     params = b"user\0postgres\0database\0postgres\0application_name\0stalled\0\0"
     sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
@@ -59,7 +61,7 @@ def stalled_copy_client(cluster):
         chunk = sock.recv(65536)
         assert chunk, answer
         answer += chunk
-    query = b"COPY (SELECT g, repeat('x', 500) FROM generate_series(1, 2000000) g) TO STDOUT\0"
+    query = b"COPY (SELECT g, repeat('x', 500) FROM generate_series(1, 200000) g) TO STDOUT\0"
     sock.sendall(b"Q" + struct.pack("!i", 4 + len(query)) + query)
     rows = wait_for(lambda: cluster.sql(
         "SELECT pid FROM pg_stat_activity WHERE wait_event = 'ClientWrite' "
@@ -128,9 +130,7 @@ def test_process_holding_old_files_holds_no_switch_lock(primary):
         _, errors = session.communicate(timeout=60)
     assert session.returncode == 0, errors
     assert wait_job(primary, job, 120) == "done", job_row(primary, job)
-    assert location_of(primary, "ts_a") == new
-    assert primary.row_hash("victim", "id") == expected
-    assert primary.amcheck() == [] and primary.orphan_files() == []
+    check_data(primary, new, expected)
 
 
 def check_terminated(cluster, job, stalled_pid, where):
@@ -140,40 +140,62 @@ def check_terminated(cluster, job, stalled_pid, where):
         % (stalled_pid, where) in cluster.log_contents()
 
 
+def check_data(cluster, location, expected):
+    assert location_of(cluster, "ts_a") == location
+    assert cluster.row_hash("victim", "id") == expected
+    assert cluster.amcheck() == [] and cluster.orphan_files() == []
+
+
+def named(cluster, job, pid):
+    return "process %d has not closed its files" % pid in (job_row(cluster, job)["error"] or "")
+
+
 @pytest.mark.matrix
-@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = 0")
 def test_client_writer_lagging_before_the_locks_is_terminated(primary):
+    """Unset, the setting terminates nobody; set, a session that two tries
+    in a row named is sent SIGTERM before any lock."""
     expected = make_relocatable_table(primary)
+    old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")
     client, stalled_pid = stalled_copy_client(primary)
     try:
         job = relocate(primary, "ts_a", new)
+        wait_for(lambda: named(primary, job, stalled_pid), 60, what="the job to name the session")
+        seen = attempts(primary, job)
+        wait_for(lambda: attempts(primary, job) >= seen + 2, 60, what="two more attempts")
+        assert named(primary, job, stalled_pid) and location_of(primary, "ts_a") == old
+        assert primary.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (stalled_pid,)) == [(1,)]
+        assert "sent SIGTERM" not in primary.log_contents()
+        primary.sql("ALTER SYSTEM SET pg_tsmove.switch_terminate_client_writers_after = 0")
+        primary.sql("SELECT pg_reload_conf()")
         check_terminated(primary, job, stalled_pid, "kept the relocation of tablespace \"ts_a\" "
                          "from switching")
         assert "after the rename" not in primary.log_contents()
     finally:
         client.close()
-    assert location_of(primary, "ts_a") == new
-    assert primary.row_hash("victim", "id") == expected
-    assert primary.amcheck() == [] and primary.orphan_files() == []
+    check_data(primary, new, expected)
 
 
 @pytest.mark.matrix
-@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = 0")
+@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = '8s'")
 def test_client_writer_lagging_after_the_rename_is_terminated(primary):
     """The session starts while the switch holds its locks, after the try:
     it lags only the barrier after the rename, held with interrupts and
-    every lock."""
+    every lock.  It is sent SIGTERM at the first of the wait's 5 s reports
+    that comes after 8 s, the second."""
     expected = make_relocatable_table(primary)
+    old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")
     job = relocate_paused_at(primary, "renaming", new)
     client, stalled_pid = stalled_copy_client(primary)
     try:
+        assert location_of(primary, "ts_a") == old      # still paused
         end_pause(primary)
         check_terminated(primary, job, stalled_pid, "held the relocation's switch after the rename")
-        assert "kept the relocation" not in primary.log_contents()
+        log = primary.log_contents()
+        reports = log.count("still waiting for backend with PID %d" % stalled_pid)
+        assert reports >= 2, log[-3000:]
+        assert "kept the relocation" not in log
     finally:
         client.close()
-    assert location_of(primary, "ts_a") == new
-    assert primary.row_hash("victim", "id") == expected
-    assert primary.amcheck() == [] and primary.orphan_files() == []
+    check_data(primary, new, expected)

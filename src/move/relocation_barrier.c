@@ -34,7 +34,8 @@
  * it, since that wait runs with interrupts held (tsm_barrier_release()).
  * A slow reader cannot be told from one that stopped: the setting is the
  * DBA's choice of how long the tablespace may wait for either.  Only a
- * superuser can submit a relocation, so the worker may signal any session.
+ * superuser can submit a relocation; the worker signals only while the
+ * submitter still is one (the caller checks it before each attempt).
  *
  * The wait runs in an internal subtransaction, so that the timeout's
  * cancel, turned into an error inside the condition-variable sleep, is
@@ -71,10 +72,12 @@ static int	laggard_pid = 0;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 
 /* While the barrier after the rename is waited for (tsm_barrier_release). */
+#define TSM_MAX_TERMINATED 8
 static bool releasing = false;
-static int	release_named = 0;	/* the last process a report named */
-static TimestampTz release_named_at = 0;	/* its first report */
-static int	release_terminated = 0; /* the last process sent SIGTERM, or 0 */
+static bool release_may_terminate = false;
+static TimestampTz release_started = 0;
+static int	release_terminated[TSM_MAX_TERMINATED];	/* sent SIGTERM, in order */
+static int	release_nterminated = 0;
 
 /* Whether pid is a walsender (PGPROC tells it apart only from 18 on). */
 static bool
@@ -136,11 +139,14 @@ probe_timeout_handler(void)
 }
 
 /*
- * WaitForProcSignalBarrier() reports every 5 s the process it waits for.
- * While probing: remember it.  While releasing: once the same process has
- * been named for pg_tsmove.switch_terminate_client_writers_after, terminate
- * it if it is blocked writing to its client.  Runs with interrupts held:
- * nothing here may throw.
+ * WaitForProcSignalBarrier() reports every 5 s the process it waits for
+ * (the first in slot order that has not answered).  While probing:
+ * remember it.  While releasing: once the wait has lasted
+ * pg_tsmove.switch_terminate_client_writers_after (the process named has
+ * not answered since the wait began), terminate it if it is blocked
+ * writing to its client.  Runs with interrupts held: nothing here may
+ * throw or allocate.  The reports are LOG messages: with log_min_messages
+ * above LOG none is made, and nothing is named or terminated.
  */
 static void
 capture_laggard(ErrorData *edata)
@@ -149,20 +155,18 @@ capture_laggard(ErrorData *edata)
 
 	if (pid != 0 && probing)
 		laggard_pid = pid;
-	if (pid != 0 && releasing)
+	if (pid != 0 && releasing && release_may_terminate &&
+		tsm_switch_terminate_client_writers_after_ms >= 0 &&
+		TimestampDifferenceExceeds(release_started, GetCurrentTimestamp(),
+								   tsm_switch_terminate_client_writers_after_ms) &&
+		tsm_terminate_client_writer(pid))
 	{
-		TimestampTz now = GetCurrentTimestamp();
+		bool		listed = false;
 
-		if (pid != release_named)
-		{
-			release_named = pid;
-			release_named_at = now;
-		}
-		if (tsm_switch_terminate_client_writers_after_ms >= 0 &&
-			TimestampDifferenceExceeds(release_named_at, now,
-									   tsm_switch_terminate_client_writers_after_ms) &&
-			tsm_terminate_client_writer(pid))
-			release_terminated = pid;
+		for (int i = 0; i < release_nterminated; i++)
+			listed |= release_terminated[i] == pid;
+		if (!listed && release_nterminated < TSM_MAX_TERMINATED)
+			release_terminated[release_nterminated++] = pid;
 	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
@@ -185,31 +189,32 @@ install_hooks(void)
  *		old files.  Emits the barrier, answers it (our interrupts may be
  *		held) and waits for every process, with no bound: an error here
  *		would release the locks with old descriptors still open.  With
- *		pg_tsmove.switch_terminate_client_writers_after set, a client
- *		session blocked writing to its client that the wait's reports name
- *		that long is sent SIGTERM (capture_laggard).  Returns the last one,
- *		or 0.
+ *		pg_tsmove.switch_terminate_client_writers_after set and may_terminate
+ *		(the job's submitter is still a superuser), a client session
+ *		blocked writing to its client that a report names once the wait has
+ *		lasted that long is sent SIGTERM (capture_laggard); each is logged
+ *		after the wait.
  */
-int
-tsm_barrier_release(void)
+void
+tsm_barrier_release(bool may_terminate)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 
 	install_hooks();
 	ProcessProcSignalBarrier();
-	release_named = 0;
-	release_terminated = 0;
+	release_started = GetCurrentTimestamp();
+	release_nterminated = 0;
+	release_may_terminate = may_terminate;
 	releasing = true;
 	WaitForProcSignalBarrier(generation);
 	releasing = false;
-	if (release_terminated != 0)
+	for (int i = 0; i < release_nterminated; i++)
 		ereport(LOG,
 				(errmsg("pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client "
 						"and held the relocation's switch after the rename",
-						release_terminated),
+						release_terminated[i]),
 				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
 						   tsm_switch_terminate_client_writers_after_ms)));
-	return release_terminated;
 }
 
 /*

@@ -12,8 +12,14 @@
 /* How long an attempt waits for every process before it takes a lock. */
 #define TSM_BARRIER_PROBE_MS 6000
 
+/*
+ * Two probes that name the same process are "in a row" when no more than
+ * this lies between them (a probe, the backoff, a little copying).
+ */
+#define TSM_BARRIER_NAMING_GAP_MS (2 * TSM_BARRIER_PROBE_MS + 3000)
+
 extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
-extern int	tsm_barrier_release(void);
+extern void tsm_barrier_release(bool may_terminate);
 extern bool tsm_terminate_client_writer(int pid);
 
 #endif							/* TSM_RELOCATION_BARRIER_H */

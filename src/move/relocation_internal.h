@@ -99,6 +99,8 @@ typedef struct TsmRelocation
 	TimestampTz switched_at;	/* when the link was checked and renamed */
 	int			barrier_laggard;	/* the process the last probe named, or 0 */
 	TimestampTz barrier_laggard_since;	/* the first probe in a row naming it */
+	TimestampTz barrier_laggard_last;	/* the last probe naming it */
+	bool		may_terminate;	/* the submitter is still a superuser */
 } TsmRelocation;
 
 /* The relocation's state, and the sink's state of a file of its set. */

@@ -147,26 +147,30 @@ lock_relation(void *arg, int i)
 
 /*
  * The probe found a process that has not closed its files: say so, and,
- * if the previous probe named the same process and
- * pg_tsmove.switch_terminate_client_writers_after has passed since, send
- * it SIGTERM when it is a session blocked writing to its client
- * (relocation_barrier.c; a cancel would not reach it).
+ * if the previous probe (at most TSM_BARRIER_NAMING_GAP_MS before) named
+ * the same process, pg_tsmove.switch_terminate_client_writers_after has
+ * passed since the first of the row, and the submitter is still a
+ * superuser, send it SIGTERM when it is a session blocked writing to its
+ * client (relocation_barrier.c; a cancel would not reach it).
  */
 static void
 note_barrier_laggard(TsmJob *job, int laggard)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TimestampTz now = GetCurrentTimestamp();
+	bool		in_a_row = laggard != 0 && laggard == st->barrier_laggard &&
+		!TimestampDifferenceExceeds(st->barrier_laggard_last, now, TSM_BARRIER_NAMING_GAP_MS);
 
-	if (laggard == 0 || laggard != st->barrier_laggard)
+	if (!in_a_row)
 	{
 		st->barrier_laggard = laggard;
 		st->barrier_laggard_since = now;
 	}
-	else if (tsm_switch_terminate_client_writers_after_ms >= 0 &&
-			 TimestampDifferenceExceeds(st->barrier_laggard_since, now,
-										tsm_switch_terminate_client_writers_after_ms) &&
-			 tsm_terminate_client_writer(laggard))
+	st->barrier_laggard_last = now;
+	if (in_a_row && st->may_terminate && tsm_switch_terminate_client_writers_after_ms >= 0 &&
+		TimestampDifferenceExceeds(st->barrier_laggard_since, now,
+								   tsm_switch_terminate_client_writers_after_ms) &&
+		tsm_terminate_client_writer(laggard))
 	{
 		ereport(LOG,
 				(errmsg("pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client "
@@ -176,9 +180,8 @@ note_barrier_laggard(TsmJob *job, int laggard)
 						   tsm_switch_terminate_client_writers_after_ms)));
 		tsm_ctl_note(&job->ctl, "sent SIGTERM to process %d, which was blocked writing to its client "
 					 "(it does not answer procsignal barriers); retrying", laggard);
-		return;
 	}
-	if (laggard != 0)
+	else if (laggard != 0)
 		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
 					 "answer procsignal barriers): the switch takes no lock until it does",
 					 laggard, TSM_BARRIER_PROBE_MS / 1000);
@@ -240,6 +243,8 @@ tsm_relocation_switch_lock(TsmJob *job)
 		tsm_ctl_note(&job->ctl, "%s", TSM_NOTE_BLOCKERS_REMAIN);
 		return false;
 	}
+	/* whether the worker may still signal sessions for the submitter */
+	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
 	{
 		CommitTransactionCommand();
@@ -507,7 +512,7 @@ remove_unlinked_tombstones(TsmJob *job)
 void
 tsm_reloc_release_old_descriptors(TsmRelocation *st)
 {
-	(void) tsm_barrier_release();
+	tsm_barrier_release(st->may_terminate);
 	st->barrier_done = true;
 }
 
