@@ -250,15 +250,19 @@ def test_coaccess_join_outweighs_lone_reads_and_concurrent_reads_tick(primary):
         assert "Workers Launched: 2" in plan, plan
         for _ in range(2):
             conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
+    # 13 at most, not 3 per parallel run: the workers count no execution.
+    # The leader counts one only if it read blocks of both tables itself;
+    # on a busy machine its workers may read all of one (12 in a CI run).
     ab = pair(pairs(primary), "a", "b")
-    assert ab["executions"] == 13 and ab["concurrent_ticks"] == 0, ab
+    assert 11 <= ab["executions"] <= 13 and ab["concurrent_ticks"] == 0, ab
+    executions = ab["executions"]
 
     # pg_tsmove.track_coaccess = off: nothing more is recorded
     with primary.conn() as conn:
         conn.execute("SET pg_tsmove.track_coaccess = off")
         for _ in range(3):
             conn.execute("SELECT count(*) FROM a JOIN b USING (id)").fetchall()
-    assert pair(pairs(primary), "a", "b")["executions"] == 13
+    assert pair(pairs(primary), "a", "b")["executions"] == executions
 
 
 @pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.coaccess_max_pairs = 100")
