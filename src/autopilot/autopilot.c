@@ -15,10 +15,7 @@
  *
  * The pilot is not a static worker: the sampler starts it while the
  * autopilot is not off (tsm_autopilot_ensure_pilot), and it exits once it
- * is off.  A cluster that does not use the autopilot has no process of it;
- * an idle static pilot made relocations' procsignal barriers behave
- * differently in the stalled-client test on 18 and 19 (not understood yet;
- * see the note of issue 20).
+ * is off.  A cluster that does not use the autopilot has no process of it.
  *
  *-------------------------------------------------------------------------
  */
