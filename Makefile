@@ -7,17 +7,18 @@
 EXTVERSION   = 0.5
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o \
-               src/move/settings.o src/move/queue.o src/move/job_record.o \
-               src/move/job_control.o src/move/pacing.o src/move/submit.o \
-               src/move/fileset.o src/move/copy.o src/move/mirror.o src/move/resume.o \
-               src/move/relation_storage.o src/move/relation_move.o \
-               src/move/relation_switch.o src/move/switch_blockers.o \
-               src/move/relocation_files.o src/move/relocation_switch.o \
-               src/move/relocation_finish.o src/move/relocation_recovery.o \
-               src/move/relocation_backups.o src/move/relocation_barrier.o \
-               src/move/relocation_dbcatalog.o src/move/relocation_marks.o src/move/durable_file.o \
-               src/move/worker.o src/move/recovery.o src/move/launcher.o \
-               src/move/job_api.o src/move/tablespace_api.o \
+               src/jobs/settings.o src/jobs/queue.o src/jobs/job_record.o \
+               src/jobs/job_control.o src/jobs/pacing.o src/jobs/submit.o \
+               src/engine/fileset.o src/engine/copy.o src/engine/mirror.o \
+               src/engine/resume.o src/engine/durable_file.o \
+               src/engine/relation_storage.o src/engine/switch_blockers.o \
+               src/relation/relation_move.o src/relation/relation_switch.o \
+               src/relocation/relocation_files.o src/relocation/relocation_switch.o \
+               src/relocation/relocation_finish.o src/relocation/relocation_recovery.o \
+               src/relocation/relocation_backups.o src/relocation/relocation_barrier.o \
+               src/relocation/relocation_dbcatalog.o src/relocation/relocation_marks.o \
+               src/workers/worker.o src/workers/recovery.o src/workers/launcher.o \
+               src/api/job_api.o src/api/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \
                src/monitor/relation_map.o src/monitor/tablespace_io.o \
                src/monitor/sampler.o src/monitor/monitor.o \

@@ -3,21 +3,22 @@
  * pg_tsmove.c
  *	  Module start-up: the move engine's GUCs, the shared-memory hooks, the
  *	  launcher's registration.  The top of the source tree: it calls the
- *	  move engine (move/) through move/move.h, the monitoring (monitor/)
+ *	  move's folders through jobs/jobs.h, jobs/queue.h,
+ *	  relocation/relocation.h and workers/workers.h, the monitoring (monitor/)
  *	  through monitor/monitor.h and the autopilot (autopilot/) through
  *	  autopilot/autopilot.h, and nothing calls it (pg_tsmove.h).
  *
  * pg_tsmove must be in shared_preload_libraries: its worker slots live in
- * shared memory sized at start-up, and its launcher (move/launcher.c) is a
+ * shared memory sized at start-up, and its launcher (workers/launcher.c) is a
  * static background worker that cleans up after crashes.  Functions that
- * need either call tsm_require_preload() (move/queue.c) first.
+ * need either call tsm_require_preload() (jobs/queue.c) first.
  *
  * The GUCs of the move engine are defined here; their variables live in
- * move/settings.c, beside the code that reads them.
+ * jobs/settings.c, beside the code that reads them.
  *
  * Shared memory is one TsmShared with one slot per possible background
  * worker (max_worker_processes), so pg_tsmove.max_workers can be changed
- * with a reload.  The lock rules are in move/queue.h.
+ * with a reload.  The lock rules are in jobs/queue.h.
  *
  * Monitoring (monitor/monitor.c and the files it names) hooks in through
  * four calls: tsm_monitor_init() and tsm_monitor_register_workers() from
@@ -38,9 +39,12 @@
 #include "utils/guc.h"
 
 #include "autopilot/autopilot.h"
+#include "jobs/jobs.h"
+#include "jobs/queue.h"
 #include "monitor/monitor.h"
-#include "move/move.h"
 #include "pg_tsmove.h"
+#include "relocation/relocation.h"
+#include "workers/workers.h"
 
 PG_MODULE_MAGIC;
 

@@ -43,6 +43,8 @@ echo "run_tests: $("$PG_CONFIG" --version) from $PG_BIN; pytest: $PYTEST_SCOPE"
 make clean PG_CONFIG="$PG_CONFIG" >/dev/null
 make PG_CONFIG="$PG_CONFIG" && make install PG_CONFIG="$PG_CONFIG" \
     || { echo "run_tests: build failed" >&2; exit 1; }
+# the calls between src/'s folders go one way (read from the objects)
+"$PYTHON" tools/check-layers.py || { echo "run_tests: layering broken" >&2; exit 1; }
 
 # ---- pg_regress -------------------------------------------------------------
 REGRESS_DIR=$(mktemp -d /tmp/pg_tsmove_regress.XXXXXX)

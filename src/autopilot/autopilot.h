@@ -8,7 +8,7 @@
  *	  to move, starts the move, logs the decision and later measures whether
  *	  the move brought what it predicted.
  *
- * Layering.  The autopilot calls neither the move engine (move/) nor the
+ * Layering.  The autopilot calls neither the move (api/ to jobs/) nor the
  * monitoring (monitor/) in C: it reaches both through their SQL surface
  * (tsmove.advise_candidates(), tsmove.move(), the history), from the
  * function tsmove.autopilot_step() in the extension's script, which holds

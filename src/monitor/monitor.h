@@ -5,8 +5,8 @@
  *	  and the shared-memory hooks (pg_tsmove.c) call, and the entry points
  *	  of its background workers, which the postmaster looks up by name.
  *	  Nothing else of monitor/ is seen from outside it, and the monitoring
- *	  calls nothing of the move engine (move/), nor the engine anything of
- *	  it.
+ *	  calls nothing of the move (api/ to jobs/, jobs/jobs.h), nor the move
+ *	  anything of it.
  *
  * Layering inside monitor/.  A file calls only the files listed below it,
  * never one above, so the calls go one way (the order in which the sampler

@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ *
+ * frontend.h
+ *	  A running job, and the front ends the worker drives it with.
+ *
+ * worker.c drives every job through the same phases; what differs between
+ * moving a relation and relocating a tablespace is behind TsmFrontEnd:
+ *
+ *	prepare			take what the job holds for its whole life, list its
+ *					files in the file set, record in the job row what a crash
+ *					would leave behind, create the destination
+ *	guard			before a batch of one file's blocks is read, in the
+ *					batch's transaction: lock its relation if the job does
+ *					not hold it yet (TSM_GUARD_LOCKED: the worker then reads
+ *					the WAL before reading blocks), or say not now
+ *	switch_lock		take the switch's locks, each within
+ *					pg_tsmove.switch_lock_timeout; false if one was not
+ *					granted (nothing held then), with a note if the reason
+ *					was not a lock
+ *	switch_check	with the locks held and the WAL read to its end: whether
+ *					the switch can go on; may add files to copy under the
+ *					locks; false, with a note, to try again later
+ *	switch_release	give the locks back after switch_check said no
+ *	switch_commit	make the new files the ones in use; from its point of
+ *					no return on, job->switch_committed is true; false, with
+ *					a note and the locks released, if a last look before
+ *					that point found it must wait
+ *	finish			after the switch: warm the cache, remove the old files
+ *					(or shrink them, for drop_old to remove)
+ *	drop_old		NULL, or: in the transaction that records the job as
+ *					done, schedule the removal of the old files at its
+ *					commit
+ *	cleanup			after an error: remove what prepare created unless the
+ *					switch committed (and the old files if it did),
+ *					release what the job holds
+ *
+ * Between switch_check and switch_commit the worker flushes the WAL, reads
+ * it to the end, copies every dirty and pending block and the files copied
+ * under the locks, and fsyncs the destination.
+ *
+ * The worker gathers each front end's functions into its TsmFrontEnd
+ * (workers/worker.c) and is the only one that calls them, as it is the
+ * only one that calls the copy (copy.c) and the mirror (mirror.c).  The
+ * front ends declare their functions in relation/relation.h and
+ * relocation/relocation.h.  A front end calls down only: the file set
+ * (fileset.c), the rest of engine/ but the copy and the mirror, and jobs/;
+ * never the worker, the engine's copy or mirror, or the other front end.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_FRONTEND_H
+#define TSM_FRONTEND_H
+
+#include "engine/engine.h"
+#include "jobs/job_record.h"
+#include "engine/switch_blockers.h"
+
+typedef struct TsmJob TsmJob;
+
+typedef enum TsmGuard
+{
+	TSM_GUARD_SKIP,				/* not now: leave the file for a later batch */
+	TSM_GUARD_OK,				/* the job holds its relation already */
+	TSM_GUARD_LOCKED			/* locked now: read the WAL before its blocks */
+} TsmGuard;
+
+typedef struct TsmFrontEnd
+{
+	void		(*prepare) (TsmJob *job);
+	TsmGuard	(*guard) (TsmJob *job, TsmFile *f);
+	bool		(*switch_lock) (TsmJob *job);
+	bool		(*switch_check) (TsmJob *job);
+	void		(*switch_release) (TsmJob *job);
+	bool		(*switch_commit) (TsmJob *job);
+	void		(*finish) (TsmJob *job);
+	void		(*drop_old) (TsmJob *job);
+	void		(*cleanup) (TsmJob *job);
+} TsmFrontEnd;
+
+struct TsmJob
+{
+	TsmClaimedJob row;			/* what the job row says */
+	TsmJobCtl	ctl;
+	TsmFileSet	files;
+	TsmMirror	mirror;
+	bool		needs_mirror;	/* false: nothing can change while it copies */
+	bool		resumable;		/* resume points are made (a relation move) */
+	XLogRecPtr	resume_lsn;		/* resuming: where the mirror reads from */
+	TimestampTz last_resume_point;
+	const TsmFrontEnd *front;
+	void	   *state;			/* the front end's */
+	TimestampTz lock_granted;	/* of the switch attempt under way */
+	TsmSwitchBlock block;		/* since when the switch is blocked
+								 * (switch_blockers.c) */
+	bool		switch_committed;	/* the new files are the ones in use */
+	MemoryContext cxt;			/* lives as long as the job */
+};
+
+#endif							/* TSM_FRONTEND_H */

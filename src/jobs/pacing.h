@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * pacing.h
+ *	  Adaptive pacing of a move by what the other sessions feel (pacing.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_PACING_H
+#define TSM_PACING_H
+
+#include "datatype/timestamp.h"
+
+#include "jobs/jobs.h"
+
+/* Regular backends watched; more are sampled in turn. */
+#define TSM_PACER_MAX_BACKENDS 1024
+/* The baseline is the median count of this many last probes. */
+#define TSM_PACER_PROBES_KEPT 3
+
+typedef struct TsmPacer
+{
+	double		pace_mb;		/* the budget now, MB/s; 0 = unthrottled */
+	bool		others_idle;	/* the last decision saw no other session working */
+	TimestampTz next_sample;
+	TimestampTz next_decision;
+
+	/* transactions of regular backends, from their local xids */
+	int			watched;		/* backends sampled: Min(MaxConnections, max) */
+	int			last_pid[TSM_PACER_MAX_BACKENDS];
+	uint32		last_lxid[TSM_PACER_MAX_BACKENDS];
+	int64		transactions;	/* counted since the window started */
+	TimestampTz window_start;
+	double		recent_tps[2];	/* the last two decision windows */
+
+	/* the throughput with the move holding still, from probes */
+	double		base_tps;		/* < 0 until the first probe */
+	double		probe_tps[TSM_PACER_PROBES_KEPT];	/* the last probes' counts */
+	int			nprobes;		/* probes since the foreground last changed */
+	TimestampTz probe_start;	/* 0: no probe under way */
+	TimestampTz next_probe;
+
+	/*
+	 * What the copy achieves and makes dirty, for the ceiling and floor:
+	 * the counters as they were at counters_read (a probe may lie between
+	 * two decisions, so this is not the window's start).
+	 */
+	TimestampTz counters_read;
+	int64		last_bytes;
+	int64		last_dirtied;
+	int64		last_changed_ahead;
+	double		achieved_mb;
+	double		floor_mb;
+	double		dirtying_pages; /* pages/s the others make dirty */
+	double		changing_ahead_pages;	/* pages/s they change ahead of the cursor */
+} TsmPacer;
+
+extern void tsm_pacer_init(TsmPacer *pacer);
+extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
+						   int64 bytes_so_far, int64 pages_so_far,
+						   int64 dirtied_so_far, int64 changed_ahead_so_far,
+						   int64 catchup_backlog);
+extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
+extern double tsm_pacer_budget_mb(TsmPacer *pacer);
+
+#endif							/* TSM_PACING_H */

@@ -1,0 +1,57 @@
+/*-------------------------------------------------------------------------
+ *
+ * relocation.h
+ *	  The tablespace relocation (tsmove.relocate_tablespace()): the front
+ *	  end that copies every file of a tablespace to a new directory and
+ *	  repoints pg_tblspc/<oid>; its crash recovery; the marks of running
+ *	  backups it waits for.
+ *
+ * Files, one a role (relocation_internal.h says which calls which inside
+ * the folder):
+ *	relocation_files.c		list, resolve and copy the files; prepare, guard
+ *	relocation_switch.c		lock, check, repoint the link, the barrier
+ *	relocation_finish.c		remove the old files; clean up after an error
+ *	relocation_recovery.c	finish or undo what a crash interrupted
+ *	relocation_backups.c	running backups, seen by the hooks (shared memory)
+ *	relocation_barrier.c	the SMGRRELEASE barrier and who does not answer it
+ *	relocation_dbcatalog.c	another database's pg_class, read without a
+ *							connection to it
+ *	relocation_marks.c		which data directory a new location belongs to
+ *
+ * Who calls whom: the worker (workers/worker.c) calls the front end's
+ * functions through its TsmFrontEnd (engine/frontend.h); the recovery
+ * worker (workers/recovery.c) tsm_recover_relocation(); pg_tsmove.c the
+ * backups' shared memory and hooks.  relocation/ calls engine/ (the file
+ * set, switch blockers, durable files; never the copy or the mirror) and
+ * jobs/; never workers/, api/ or relation/.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TSM_RELOCATION_H
+#define TSM_RELOCATION_H
+
+#include "engine/frontend.h"
+
+/* relocation_files.c: a tablespace relocation's files */
+extern void tsm_relocation_prepare(TsmJob *job);
+extern TsmGuard tsm_relocation_guard(TsmJob *job, TsmFile *f);
+
+/* relocation_switch.c: its switch */
+extern bool tsm_relocation_switch_lock(TsmJob *job);
+extern bool tsm_relocation_switch_check(TsmJob *job);
+extern void tsm_relocation_switch_release(TsmJob *job);
+extern bool tsm_relocation_switch_commit(TsmJob *job);
+
+/* relocation_finish.c: its end */
+extern void tsm_relocation_finish(TsmJob *job);
+extern void tsm_relocation_cleanup(TsmJob *job);
+
+/* relocation_recovery.c, for the recovery pass (workers/recovery.c) */
+extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
+
+/* relocation_backups.c: the marks of running backups, and its hooks */
+extern Size tsm_backups_shmem_size(void);
+extern void tsm_backups_shmem_init(void);
+extern void tsm_backups_init(void);
+
+#endif							/* TSM_RELOCATION_H */

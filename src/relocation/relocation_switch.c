@@ -1,0 +1,666 @@
+/*-------------------------------------------------------------------------
+ *
+ * relocation_switch.c
+ *	  The switch of a tablespace relocation, the only moment anyone waits:
+ *	  lock every relation of the tablespace, check that nothing is left
+ *	  that the locks do not cover, repoint the link, make every process
+ *	  let go of the old files, copy what raced the rename.
+ *
+ * The switch, in this order, which is what keeps a change from being lost
+ * (until every process has closed its old file descriptors, a page
+ * changed after its last copy could be written through one and evicted):
+ *	1. AccessExclusiveLock on every relation stored in the tablespace, in
+ *	   every database, each within pg_tsmove.switch_lock_timeout, all or
+ *	   none (switch_lock); a relation created meanwhile by a transaction
+ *	   that has not committed, or a temporary file of a session, postpones
+ *	   the switch (switch_check);
+ *	2. the worker reads the WAL to its end, copies what is dirty and the
+ *	   files copied under the locks, and fsyncs every file (worker.c); now
+ *	   every buffer equals its page in the new files, up to hint bits;
+ *	3. fsync the new directories; create there the old location's empty
+ *	   files (segments a truncation left, which the checkpointer will
+ *	   fsync through the link); under TablespaceCreateLock (which DROP
+ *	   TABLESPACE takes) and DELAY_CHKPT_START, look again for backups and
+ *	   temporary files, check the link still points to the old location,
+ *	   create the new link under a temporary name, rename() it over
+ *	   pg_tblspc/<oid>, fsync pg_tblspc: from here the link is the truth;
+ *	4. PROCSIGNAL_BARRIER_SMGRRELEASE: every process, the checkpointer and
+ *	   the bgwriter included, closes its old descriptors (and the worker's
+ *	   own, absorbed by hand since interrupts are held from 3 to 4, so that
+ *	   no error can release the locks before the barrier);
+ *	5. files created in the old location after the check (a CREATE racing
+ *	   the rename) are copied; copies of dropped files whose pending unlink
+ *	   the checkpointer already did are removed; release the locks;
+ *	6. wait for backups that began before the switch and for sessions
+ *	   whose temporary files are in the old location; remove the old
+ *	   files (finish, relocation_finish.c).
+ * The switch also waits for a checkpoint when the tablespace's creation is
+ * in the WAL that crash recovery would replay (relocation_files.c), and
+ * while a base backup runs, of either kind (relocation_backups.c), and
+ * looks again at the rename with checkpoints delayed: a backup that read
+ * the tablespace across the switch could miss files.  Before any lock, it
+ * tries the SMGRRELEASE barrier with a bound (relocation_barrier.c).
+ *
+ * Calls relocation_files.c and the relocation's helpers; the worker calls
+ * it, and so does relocation_finish.c (the barrier, in cleanup).
+ *
+ * Locks: the AccessExclusiveLocks above, in a transaction of the worker,
+ * taken through tsm_ctl_lock_all_or_none() (job_control.c) and released
+ * at its commit; TablespaceCreateLock from the last look to the rename.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "commands/tablespace.h"
+#include "miscadmin.h"
+#include "storage/fd.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "storage/procsignal.h"
+#include "storage/reinit.h"
+#include "storage/smgr.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "relocation/relocation_backups.h"
+#include "relocation/relocation_barrier.h"
+#include "relocation/relocation_internal.h"
+#include "jobs/submit.h"
+
+static int
+locktag_cmp(const void *a, const void *b)
+{
+	const LOCKTAG *ta = (const LOCKTAG *) a;
+	const LOCKTAG *tb = (const LOCKTAG *) b;
+
+	if (ta->locktag_field1 != tb->locktag_field1)
+		return ta->locktag_field1 < tb->locktag_field1 ? -1 : 1;
+	if (ta->locktag_field2 != tb->locktag_field2)
+		return ta->locktag_field2 < tb->locktag_field2 ? -1 : 1;
+	return 0;
+}
+
+/*
+ * Put the relations an earlier attempt timed out on first, the latest
+ * first.  Holding some locks while waiting for another invites deadlocks
+ * with transactions that use the relations in another order (pgbench
+ * updates accounts, tellers, branches, then inserts into history; locked
+ * in OID order, history comes first and every attempt deadlocks until
+ * lock_timeout ends it).  A transaction that waits for the first lock
+ * holds none of the others, so taking the contended relation first makes
+ * the attempts converge, whatever order the workload uses.
+ */
+static void
+order_by_contention(TsmRelocation *st)
+{
+	int			front = 0;
+
+	for (int c = 0; c < st->ncontended; c++)
+		for (int i = front; i < st->nlocked; i++)
+			if (locktag_cmp(&st->locked[i], &st->contended[c]) == 0)
+			{
+				LOCKTAG		tag = st->locked[i];
+
+				memmove(&st->locked[front + 1], &st->locked[front],
+						sizeof(LOCKTAG) * (i - front));
+				st->locked[front++] = tag;
+				break;
+			}
+}
+
+static void
+note_contended(TsmJob *job, const LOCKTAG *tag)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+
+	if (st->contended == NULL)
+		st->contended = MemoryContextAlloc(job->cxt, sizeof(LOCKTAG) * 8);
+	for (int c = 0; c < st->ncontended; c++)
+		if (locktag_cmp(&st->contended[c], tag) == 0)
+		{
+			memmove(&st->contended[1], &st->contended[0], sizeof(LOCKTAG) * c);
+			st->contended[0] = *tag;
+			return;
+		}
+	memmove(&st->contended[1], &st->contended[0],
+			sizeof(LOCKTAG) * Min(st->ncontended, 7));
+	st->contended[0] = *tag;
+	st->ncontended = Min(st->ncontended + 1, 8);
+}
+
+static void
+lock_relation(void *arg, int i)
+{
+	TsmRelocation *st = (TsmRelocation *) arg;
+
+	(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+}
+
+/*
+ * The probe found a process that has not closed its files: say so, and,
+ * if the previous probe (at most TSM_BARRIER_NAMING_GAP_MS before) named
+ * the same process, pg_tsmove.switch_terminate_client_writers_after has
+ * passed since the first of the row, and the submitter is still a
+ * superuser, send it SIGTERM when it is a session blocked writing to its
+ * client (relocation_barrier.c; a cancel would not reach it).
+ */
+static void
+note_barrier_laggard(TsmJob *job, int laggard)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		in_a_row = laggard != 0 && laggard == st->barrier_laggard &&
+		!TimestampDifferenceExceeds(st->barrier_laggard_last, now, TSM_BARRIER_NAMING_GAP_MS);
+
+	if (!in_a_row)
+	{
+		st->barrier_laggard = laggard;
+		st->barrier_laggard_since = now;
+	}
+	st->barrier_laggard_last = now;
+	if (in_a_row && st->may_terminate && tsm_switch_terminate_client_writers_after_ms >= 0 &&
+		TimestampDifferenceExceeds(st->barrier_laggard_since, now,
+								   tsm_switch_terminate_client_writers_after_ms) &&
+		tsm_terminate_client_writer(laggard))
+	{
+		ereport(LOG,
+				(errmsg("pg_tsmove: sent SIGTERM to process %d, which was blocked writing to its client "
+						"and kept the relocation of tablespace \"%s\" from switching",
+						laggard, st->spcname),
+				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
+						   tsm_switch_terminate_client_writers_after_ms)));
+		tsm_ctl_note(&job->ctl, "sent SIGTERM to process %d, which was blocked writing to its client "
+					 "(it does not answer procsignal barriers); retrying", laggard);
+	}
+	else if (laggard != 0)
+		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
+					 "answer procsignal barriers): the switch takes no lock until it does",
+					 laggard, TSM_BARRIER_PROBE_MS / 1000);
+	else
+		tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
+					 "answer procsignal barriers): the switch takes no lock until it does",
+					 TSM_BARRIER_PROBE_MS / 1000);
+}
+
+/*
+ * switch_lock: look up every relation once more, then take
+ * AccessExclusiveLock on each, those contended before first, then in
+ * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
+ * none.  As for a relation move, autovacuum that blocks it is cancelled,
+ * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
+ * has passed (switch_blockers.c).
+ */
+bool
+tsm_relocation_switch_lock(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TsmFileSet *fs = &job->files;
+	int			timeout_ms = tsm_switch_lock_timeout_ms;
+	int			failed_at;
+	int			n = 0;
+	int			laggard;
+
+	tsm_job_start_transaction();
+	tsm_reloc_resolve(job, true);
+	if (st->locked)
+		pfree(st->locked);
+	st->locked = MemoryContextAlloc(job->cxt, sizeof(LOCKTAG) * Max(1, fs->nfiles));
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+
+		if (!f->gone && OidIsValid(f->relid))
+		{
+			LOCKTAG		tag;	/* the macro evaluates its target many times */
+
+			SET_LOCKTAG_RELATION(tag, TSM_DB(f->key.node), f->relid);
+			st->locked[n++] = tag;
+		}
+	}
+	qsort(st->locked, n, sizeof(LOCKTAG), locktag_cmp);
+	st->nlocked = 0;
+	for (int i = 0; i < n; i++)
+		if (st->nlocked == 0 || locktag_cmp(&st->locked[st->nlocked - 1], &st->locked[i]) != 0)
+			st->locked[st->nlocked++] = st->locked[i];
+
+	order_by_contention(st);
+
+	if (tsm_cancel_blocking_queries(&job->block, st->locked, st->nlocked) > 0)
+		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	else if (tsm_last_blockers_remain(&job->block, st->locked, st->nlocked))
+	{
+		/* it would fail as the last did, and log its locks for standbys */
+		CommitTransactionCommand();
+		tsm_ctl_note(&job->ctl, "%s", TSM_NOTE_BLOCKERS_REMAIN);
+		return false;
+	}
+	/* whether the worker may still signal sessions for the submitter */
+	st->may_terminate = superuser_arg(job->row.submitted_by);
+	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
+	{
+		CommitTransactionCommand();
+		note_barrier_laggard(job, laggard);
+		return false;
+	}
+	st->barrier_laggard = 0;
+	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
+		return true;
+	note_contended(job, &st->locked[failed_at]);
+	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
+	tsm_switch_attempt_failed(&job->block, st->locked, st->nlocked);
+	return false;
+}
+
+static bool
+holds_lock_on(TsmRelocation *st, TsmFile *f)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_RELATION(tag, TSM_DB(f->key.node), f->relid);
+	for (int i = 0; i < st->nlocked; i++)
+		if (locktag_cmp(&st->locked[i], &tag) == 0)
+			return true;
+	return false;
+}
+
+/* Whether a temporary file of a session is in the tablespace now. */
+static bool
+temporary_files_present(TsmRelocation *st, char *what, Size len)
+{
+	char		path[MAXPGPATH];
+	DIR		   *dir;
+	struct dirent *de;
+	bool		found = false;
+
+	snprintf(path, sizeof(path), "%s/%s", st->old_dir, PG_TEMP_FILES_DIR);
+	if (access(path, F_OK) == 0 && !directory_is_empty(path))
+	{
+		snprintf(what, len, "temporary files in \"%s\"", path);
+		return true;
+	}
+	dir = AllocateDir(st->old_dir);
+	while (!found && (de = ReadDir(dir, st->old_dir)) != NULL)
+	{
+		DIR		   *dbdir;
+		struct dirent *fe;
+
+		if (strspn(de->d_name, "0123456789") != strlen(de->d_name) || de->d_name[0] == '\0')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", st->old_dir, de->d_name);
+		dbdir = AllocateDir(path);
+		while (!found && (fe = ReadDir(dbdir, path)) != NULL)
+			if (looks_like_temp_rel_name(fe->d_name))
+			{
+				snprintf(what, len, "temporary relation file \"%s/%s\"", path, fe->d_name);
+				found = true;
+			}
+		FreeDir(dbdir);
+	}
+	FreeDir(dir);
+	return found;
+}
+
+/*
+ * Relation files in the old location that are not in the set: forks made
+ * without WAL (an FSM or VM extended, an unlogged relation's main fork).
+ * Under the locks they join the files copied whole.  Returns false, with a
+ * note, if one belongs to no relation this job has locked.
+ */
+static bool
+adopt_unlisted_files(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	ListCell   *lc;
+
+	foreach(lc, st->dbs)
+	{
+		RelocDb    *db = (RelocDb *) lfirst(lc);
+		char		dbpath[MAXPGPATH];
+		DIR		   *dbdir;
+		struct dirent *fe;
+		bool		ok = true;
+
+		snprintf(dbpath, sizeof(dbpath), "%s/%u", st->old_dir, db->dbid);
+		if (!db->exists || access(dbpath, F_OK) != 0)
+			continue;
+		dbdir = AllocateDir(dbpath);
+		while (ok && (fe = ReadDir(dbdir, dbpath)) != NULL)
+		{
+			TsmRelFileNumber number;
+			unsigned	segno;
+			ForkNumber	fork;
+			TsmRelFileNode node;
+			TsmFile    *f;
+			RelocRelKey key;
+			RelocRel   *rel;
+
+			if (!tsm_parse_relation_file_name(fe->d_name, &number, &fork, &segno) ||
+				segno != 0)
+				continue;
+			TSM_SPC(node) = st->spc;
+			TSM_DB(node) = db->dbid;
+			TSM_REL(node) = number;
+			f = tsm_fileset_find(&job->files, node, fork);
+			if (f != NULL && !f->gone)
+				continue;
+			memset(&key, 0, sizeof(key));
+			key.dbid = db->dbid;
+			key.relfilenode = TSM_REL(node);
+			rel = hash_search(st->rels, &key, HASH_FIND, NULL);
+			if (f != NULL && f->gone && rel == NULL)
+				continue;		/* a dropped file's tombstone: known */
+			f = tsm_reloc_add_file(&job->files, node, fork, false);
+			if (rel == NULL)
+				ok = false;
+			else
+			{
+				tsm_reloc_classify(&job->files, f, rel->relid, rel->relpersistence);
+				tsm_file_set_when(&job->files, f, TSM_COPY_LOCKED, f->permanent);
+				ok = holds_lock_on(st, f);
+			}
+			if (!ok)
+				tsm_ctl_note(&job->ctl,
+							 "waiting for the transaction that created file \"%s/%s\" to end",
+							 dbpath, fe->d_name);
+		}
+		FreeDir(dbdir);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * switch_check, with the locks held and the WAL read to its end: every
+ * file must belong to a relation this job locked (or be a tombstone or an
+ * orphan no running transaction can own), no session may have temporary
+ * files in the tablespace, and the link must still point where it did.
+ */
+bool
+tsm_relocation_switch_check(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TsmFileSet *fs = &job->files;
+	char		what[MAXPGPATH + 64];
+	bool		old_ones_done = TransactionIdPrecedesOrEquals(st->xid_horizon,
+															  tsm_oldest_active_xid());
+	char	   *link;
+
+	link = tsm_read_tablespace_link(st->spc, st->spcname);
+	if (strcmp(link, st->old_location) != 0 ||
+		!SearchSysCacheExists1(TABLESPACEOID, ObjectIdGetDatum(st->spc)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("tablespace \"%s\" was dropped or its link changed during the relocation",
+						st->spcname)));
+
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+		RelocFile  *rf = tsm_reloc_file(fs, f);
+
+		if (f->gone || rf->orphan)
+			continue;
+		if (!smgrexists(tsm_smgropen(f->key.node), f->key.fork))
+		{
+			/* gone at the source without a drop we saw: unlinked tombstone */
+			tsm_file_drop(fs, f);
+			continue;
+		}
+		if (OidIsValid(f->relid))
+		{
+			if (!holds_lock_on(st, f))
+			{
+				tsm_ctl_note(&job->ctl, "relation %u of database %u appeared after the locks were taken; retrying",
+							 f->relid, TSM_DB(f->key.node));
+				return false;
+			}
+			continue;
+		}
+		if (rf->listed_at_start && old_ones_done)
+		{
+			/*
+			 * Nothing that runs now can own it: the transaction that made it
+			 * ended, committed or not, before any file was listed.  An empty
+			 * main fork is a dropped relation's tombstone, copied as such;
+			 * anything else is an orphan, which stays behind.
+			 */
+			if (f->key.fork == MAIN_FORKNUM && f->nblocks == 0 && rf->tombstone)
+				continue;
+			rf->orphan = true;
+			tsm_file_drop(fs, f);	/* never copied: nothing to remove */
+			ereport(LOG,
+					(errmsg("pg_tsmove: file %u (fork %d) of database %u in tablespace \"%s\" belongs to no relation; it is not relocated",
+							TSM_REL(f->key.node), f->key.fork, TSM_DB(f->key.node), st->spcname)));
+			continue;
+		}
+		tsm_ctl_note(&job->ctl,
+					 "waiting for the transaction that created relfilenode %u in database %u to end",
+					 TSM_REL(f->key.node), TSM_DB(f->key.node));
+		return false;
+	}
+	if (st->needs_checkpoint && tsm_last_checkpoint_redo() < st->start_lsn)
+	{
+		tsm_ctl_note(&job->ctl, "waiting for a checkpoint: the tablespace was created after the last one, "
+					 "and crash recovery would replay its creation with the old location");
+		return false;
+	}
+	st->needs_checkpoint = false;
+	if (tsm_backup_running(NULL, what, sizeof(what)))
+	{
+		tsm_ctl_note(&job->ctl, "waiting for %s to end: a backup must not read the tablespace across the switch",
+					 what);
+		return false;
+	}
+	if (temporary_files_present(st, what, sizeof(what)))
+	{
+		tsm_ctl_note(&job->ctl, "waiting for %s to go away (sessions using the tablespace for temporary objects)",
+					 what);
+		return false;
+	}
+	return adopt_unlisted_files(job);
+}
+
+/* A commit, not an abort: that would release the session lock too. */
+void
+tsm_relocation_switch_release(TsmJob *job)
+{
+	CommitTransactionCommand();
+}
+
+/*
+ * Tombstones of files dropped during the job whose pending unlink the
+ * checkpointer did before the rename: the old one is gone, so the copy
+ * goes too (otherwise it would hold the relfilenode forever).
+ */
+static void
+remove_unlinked_tombstones(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TsmFileSet *fs = &job->files;
+
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+		RelocFile  *rf = tsm_reloc_file(fs, f);
+		char		old_path[MAXPGPATH];
+		char		new_path[MAXPGPATH];
+
+		if (f->key.fork != MAIN_FORKNUM || !rf->tombstone ||
+			!(f->gone || !OidIsValid(f->relid)))
+			continue;
+		tsm_reloc_segment_path(old_path, st->old_dir, f, 0);
+		tsm_reloc_segment_path(new_path, st->new_dir, f, 0);
+		if (access(old_path, F_OK) != 0 && errno == ENOENT)
+			(void) unlink(new_path);
+	}
+}
+
+/*
+ * Every process closes the descriptors it has of the old files
+ * (relocation_barrier.c).  Called with interrupts held, or in cleanup.
+ */
+void
+tsm_reloc_release_old_descriptors(TsmRelocation *st)
+{
+	tsm_barrier_release(st->may_terminate);
+	st->barrier_done = true;
+}
+
+/*
+ * Under the locks, before the rename: the empty segments past the end of
+ * each relation this job holds locked, which a truncation (VACUUM) of a
+ * relation of more than one segment leaves behind, are created in the new
+ * location too: the checkpointer may still hold fsync requests for them,
+ * which it carries out through the link, and a missing one PANICs it.
+ * Only segments of relations the job has locked: anyone may be writing to
+ * another file, and a copy made now would hide its writes until the
+ * barrier (tsm_copy_stragglers copies those after it).
+ */
+static void
+create_inactive_segments(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	TsmFileSet *fs = &job->files;
+
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+
+		if (f->gone || !OidIsValid(f->relid) || !holds_lock_on(st, f))
+			continue;
+		for (int segno = 1;; segno++)
+		{
+			char		old_path[MAXPGPATH];
+			char		new_path[MAXPGPATH];
+			struct stat sb;
+
+			tsm_reloc_segment_path(old_path, st->old_dir, f, segno);
+			if (stat(old_path, &sb) < 0)
+				break;
+			tsm_reloc_segment_path(new_path, st->new_dir, f, segno);
+			if (sb.st_size == 0 && access(new_path, F_OK) < 0)
+				tsm_copy_plain_file(old_path, new_path);
+		}
+	}
+}
+
+/*
+ * switch_commit: with the locks held and the copy complete and synced,
+ * repoint the link, make every process let go of the old files, copy
+ * what raced the rename, and release the locks.  False, with the locks
+ * released, if a backup or a temporary file appeared since switch_check.
+ */
+bool
+tsm_relocation_switch_commit(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	char		tmp_link[MAXPGPATH];
+	char		what[MAXPGPATH + 64];
+	ListCell   *lc;
+	char	   *link;
+
+	foreach(lc, st->dbs)
+	{
+		RelocDb    *db = (RelocDb *) lfirst(lc);
+		char		path[MAXPGPATH];
+
+		tsm_reloc_make_db_dir(st, db->dbid);
+		snprintf(path, sizeof(path), "%s/%u", st->new_dir, db->dbid);
+		fsync_fname(path, true);
+	}
+	fsync_fname(st->new_dir, true);
+	fsync_fname(st->new_location, true);
+	create_inactive_segments(job);
+	tsm_ctl_debug_pause(&job->ctl, "switching");
+
+	/*
+	 * TablespaceCreateLock keeps DROP TABLESPACE (which takes it) from
+	 * removing the link under us.  From the rename to the barrier no error
+	 * may release the locks (a page changed meanwhile could be written
+	 * through an old descriptor): interrupts are held, and what can fail
+	 * there is the fsync of pg_tblspc, which PANICs as core's fsyncs do.
+	 */
+	LWLockAcquire(TablespaceCreateLock, LW_EXCLUSIVE);
+
+	/*
+	 * The last look for backups, seconds after switch_check's.  From here
+	 * to the rename checkpoints wait (DELAY_CHKPT_START, cleared by an
+	 * abort too): a backup that starts now lists pg_tblspc only after its
+	 * start checkpoint, so it reads the new link; one that started before
+	 * is seen here (relocation_backups.c), and the switch waits for it to end.
+	 */
+	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
+	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
+	pg_memory_barrier();		/* the flag is seen before we read who backs up */
+	if (tsm_backup_running(NULL, what, sizeof(what)) ||
+		temporary_files_present(st, what, sizeof(what)))
+	{
+		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+		LWLockRelease(TablespaceCreateLock);
+		tsm_ctl_note(&job->ctl, "%s appeared just before the switch; retrying", what);
+		tsm_relocation_switch_release(job);
+		return false;
+	}
+	st->switched_at = GetCurrentTimestamp();
+	tsm_ctl_debug_pause(&job->ctl, "renaming");
+	link = tsm_read_tablespace_link(st->spc, st->spcname);
+	snprintf(tmp_link, sizeof(tmp_link), "%s.tsmove", st->link_path);
+	(void) unlink(tmp_link);
+	if (strcmp(link, st->old_location) != 0 || symlink(st->new_location, tmp_link) < 0)
+	{
+		int			save_errno = errno;
+
+		LWLockRelease(TablespaceCreateLock);
+		errno = save_errno;
+		if (strcmp(link, st->old_location) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the link of tablespace \"%s\" changed during the relocation",
+							st->spcname)));
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create symbolic link \"%s\": %m", tmp_link)));
+	}
+	HOLD_INTERRUPTS();
+	if (rename(tmp_link, st->link_path) < 0)
+	{
+		int			save_errno = errno;
+
+		RESUME_INTERRUPTS();
+		(void) unlink(tmp_link);
+		LWLockRelease(TablespaceCreateLock);
+		errno = save_errno;
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not rename \"%s\" to \"%s\": %m", tmp_link, st->link_path)));
+	}
+	job->switch_committed = true;
+	(void) fsync_fname_ext("pg_tblspc", true, false, PANIC);
+	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+	LWLockRelease(TablespaceCreateLock);
+	tsm_reloc_release_old_descriptors(st);
+	RESUME_INTERRUPTS();
+
+	tsm_ctl_debug_pause(&job->ctl, "warming");
+	tsm_copy_stragglers(st->old_dir, st->new_dir);
+	remove_unlinked_tombstones(job);
+	st->stragglers_done = true;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	tsm_jobrec_set_state(job->row.job_id, TSM_WARMING, NULL);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
+	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
+	return true;
+}
