@@ -7,7 +7,8 @@
 #     $PGXN_META_ROOT (default /opt/pgxn-meta), pinned to one version;
 #  2. that its version and the version of the extension it provides are
 #     the Makefile's EXTVERSION and the control file's default_version
-#     (as SemVer: 0.5 is 0.5.0), and that the file it names exists.
+#     (as SemVer: 0.5 is 0.5.0), and that the file it names exists; and
+#     that debian/changelog packages that version.
 #
 # Prints one line per check and "meta: N passed, M failed"; exits non-zero
 # if a check failed or the validator could not be installed.
@@ -87,4 +88,7 @@ check "provides pg_tsmove version = META.json version" test "$provided_version" 
 check "provides file is control/pg_tsmove--$default_version.sql" \
     test "$provided_file" = "control/pg_tsmove--$default_version.sql" -a -f "$REPO_DIR/$provided_file"
 check "provides docfile exists" test -n "$provided_docfile" -a -f "$REPO_DIR/$provided_docfile"
+# the Debian package's upstream version, from the first line of debian/changelog
+package_version=$(sed -n '1s/^[^ ]* (\([^)-]*\)-[^)]*).*/\1/p' "$REPO_DIR/debian/changelog")
+check "debian/changelog's version ($package_version) = META.json version" test "$package_version" = "$meta_version"
 finish
