@@ -65,7 +65,7 @@ def pg_basebackup(primary, target_dir, mappings, fmt="p"):
     return argv
 
 
-def start_plain_backup(primary, old, new):
+def start_plain_backup(primary, old, new, extra_args=()):
     """Start pg_basebackup (plain) into a new cluster beside primary, ts_a
     mapped from either of its locations, the other tablespaces to their
     own directories.  Returns (restored cluster, its ts_a, the process)."""
@@ -74,7 +74,7 @@ def start_plain_backup(primary, old, new):
     mappings = [(old, restored_ts), (new, restored_ts)] + [
         (location, make_server_dir(os.path.join(restored.root_dir, name)))
         for name, location in primary.tablespaces.items() if name != "ts_a"]
-    argv = pg_basebackup(primary, restored.data_dir, mappings)
+    argv = pg_basebackup(primary, restored.data_dir, mappings) + list(extra_args)
     backup = subprocess.Popen(["runuser", "-u", "postgres", "--"] + argv if os.geteuid() == 0
                               else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, cwd="/")
@@ -467,3 +467,163 @@ def test_point_in_time_recovery_around_a_relocation(primary):
     assert sorted(os.listdir(new)) == new_entries
     assert location_of(primary, "ts_a") == new
     assert shadow.problems() == []
+
+
+# ---- backups seen by what they do ------------------------------------------------
+
+def small_table(cluster):
+    cluster.sql("CREATE TABLE kept (id int PRIMARY KEY, pad text) TABLESPACE ts_a;"
+                "INSERT INTO kept SELECT g, repeat('k', 100) FROM generate_series(1, 20000) g")
+    return cluster.row_hash("kept", "id")
+
+
+def libpq():
+    """The system's libpq through ctypes: psycopg has no call for the
+    fast-path function protocol (PQfn)."""
+    import ctypes
+    import ctypes.util
+    lib = ctypes.CDLL(ctypes.util.find_library("pq") or "libpq.so.5")
+    lib.PQconnectdb.restype = ctypes.c_void_p
+    lib.PQconnectdb.argtypes = [ctypes.c_char_p]
+    lib.PQstatus.argtypes = [ctypes.c_void_p]
+    lib.PQerrorMessage.restype = ctypes.c_char_p
+    lib.PQerrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQfn.restype = ctypes.c_void_p
+    lib.PQresultStatus.argtypes = [ctypes.c_void_p]
+    lib.PQclear.argtypes = [ctypes.c_void_p]
+    lib.PQfinish.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def fastpath_backup_start(cluster):
+    """pg_backup_start('fastpath', true) through the fast-path function
+    call protocol, no SQL text at all; returns (lib, conn): the backup runs
+    until PQfinish(conn)."""
+    import ctypes
+
+    class ArgBlock(ctypes.Structure):
+        class U(ctypes.Union):
+            _fields_ = [("ptr", ctypes.c_char_p), ("integer", ctypes.c_int)]
+        _fields_ = [("len", ctypes.c_int), ("isint", ctypes.c_int), ("u", U)]
+
+    lib = libpq()
+    conn = lib.PQconnectdb(cluster.conninfo().encode())
+    assert lib.PQstatus(conn) == 0, lib.PQerrorMessage(conn)
+    fnoid = cluster.sql_scalar("SELECT 'pg_catalog.pg_backup_start(text, boolean)'"
+                               "::regprocedure::oid")
+    label, fast = b"fastpath", b"\x01"     # binary text and binary bool
+    args = (ArgBlock * 2)()
+    args[0].len, args[0].isint, args[0].u.ptr = len(label), 0, label
+    args[1].len, args[1].isint, args[1].u.ptr = 1, 0, fast
+    result = ctypes.create_string_buffer(8)            # pg_lsn, binary
+    result_len = ctypes.c_int(0)
+    res = lib.PQfn(ctypes.c_void_p(conn), ctypes.c_int(fnoid), result,
+                   ctypes.byref(result_len), ctypes.c_int(0), args, ctypes.c_int(2))
+    status = lib.PQresultStatus(res)
+    lib.PQclear(res)
+    assert status == 1, lib.PQerrorMessage(conn)       # PGRES_COMMAND_OK
+    assert result_len.value == 8
+    return lib, conn
+
+
+# Ways to start a low-level backup whose executed query text does not name
+# pg_backup_start (test_low_level_backup_postpones_the_switch has plain SQL):
+# a PL/pgSQL simple expression runs without the executor's start, and a
+# wrapper's caller names only the wrapper.
+BACKUP_ROUTES = {
+    "plpgsql_assignment": "DO $$DECLARE l pg_lsn; BEGIN "
+                          "l := pg_backup_start('route plpgsql', true); END$$",
+    "wrapper": "SELECT lab.begin_backup()",
+}
+
+
+@pytest.mark.parametrize("route", list(BACKUP_ROUTES) + ["fastpath"])
+@pytest.mark.matrix
+def test_backup_started_by_any_route_postpones_the_switch(primary, route):
+    """A low-level backup postpones the switch however it was started: a
+    PL/pgSQL assignment (a simple expression), a wrapper function, the
+    fast-path protocol (no SQL text at all).  The
+    job names it and the link does not change while it runs; once the
+    session ends (which ends its backup) the relocation finishes, data
+    intact."""
+    digest = small_table(primary)
+    primary.sql("CREATE SCHEMA lab; CREATE FUNCTION lab.begin_backup() RETURNS pg_lsn "
+                "LANGUAGE plpgsql AS $$BEGIN RETURN pg_backup_start('route wrapper', true); "
+                "END$$")
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    if route == "fastpath":
+        lib, fp_conn = fastpath_backup_start(primary)
+        session = None
+    else:
+        session = primary.conn()
+        session.execute(BACKUP_ROUTES[route])
+    try:
+        assert primary.sql_scalar("SELECT count(*) FROM pg_stat_activity "
+                                  "WHERE backend_type = 'client backend' AND pid <> "
+                                  "pg_backend_pid()") >= 1
+        job = relocate(primary, "ts_a", new)
+        wait_for(lambda: "pg_backup_start" in job_note(primary, job), 60,
+                 what="the switch to wait for the backup")
+        time.sleep(2)
+        assert location_of(primary, "ts_a") == old
+        assert job_row(primary, job)["state"] not in ("done", "failed")
+    finally:
+        if session is not None:
+            session.close()
+        else:
+            lib.PQfinish(fp_conn)
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+    assert primary.row_hash("kept", "id") == digest
+    assert primary.amcheck() == []
+
+
+def test_backup_text_in_a_query_postpones_nothing(primary):
+    """No text match anywhere: a role with no privilege leaves a transaction
+    idle after a query that mentions pg_backup_start(), and one whose call of
+    it is refused (no EXECUTE); neither postpones the relocation."""
+    digest = small_table(primary)
+    primary.sql("CREATE ROLE tenant LOGIN")
+    new = new_location(primary, "relocated")
+    with primary.conn(user="tenant", autocommit=False) as idle, \
+            primary.conn(user="tenant") as refused:
+        idle.execute("SELECT 'a note that mentions pg_backup_start(''x'', true)'")
+        with pytest.raises(Exception, match="permission denied"):
+            refused.execute("SELECT pg_backup_start('not mine', true)")
+        job = relocate(primary, "ts_a", new)
+        assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+        assert "backup" not in (job_row(primary, job)["note"] or "")
+        idle.rollback()
+    assert location_of(primary, "ts_a") == new
+    assert primary.row_hash("kept", "id") == digest
+
+
+@pytest.mark.pg_conf("track_activities = off")
+def test_pg_basebackup_seen_without_track_activities(primary):
+    """pg_basebackup is seen by its walsender's state in shared memory, not
+    by the activity statistics: with track_activities off, a throttled
+    pg_basebackup running when the relocation starts postpones its switch
+    until it ends; the backup, restored and started, has the table."""
+    digest = small_table(primary)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    restored, restored_ts, backup = start_plain_backup(primary, old, new,
+                                                       ["--max-rate=2M"])
+    wait_for(lambda: backup.poll() is not None or primary.sql_scalar(
+        "SELECT count(*) FROM pg_stat_replication WHERE state = 'backup'"), 30,
+        what="the backup to start")
+    assert backup.poll() is None, backup.communicate()
+    assert primary.sql_scalar("SELECT count(*) FROM pg_stat_progress_basebackup") == 0
+    job = relocate(primary, "ts_a", new)
+    wait_for(lambda: "pg_basebackup" in job_note(primary, job) or backup.poll() is not None,
+             60, what="the switch to see the backup")
+    assert backup.poll() is None, "the backup ended before the switch looked"
+    assert location_of(primary, "ts_a") == old
+    out, err = backup.communicate(timeout=300)
+    assert backup.returncode == 0, err
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+    start_restored(restored)
+    assert restored.row_hash("kept", "id") == digest
+    assert restored.amcheck() == []

@@ -10,19 +10,24 @@
  * on one side of the switch and the files on the other, or whose files
  * were removed under it, restores without them.  PostgreSQL 15 keeps its
  * count of running backups private (XLogCtl), so pg_tsmove sees them
- * itself:
- *	- pg_basebackup: a walsender whose progress command is BASEBACKUP; it
- *	  is set before do_pg_backup_start() runs;
+ * itself, by what they do, never by what a query's text says:
+ *	- pg_basebackup (the BASE_BACKUP replication command): a walsender
+ *	  whose state in shared memory is WALSNDSTATE_BACKUP, set before
+ *	  do_pg_backup_start() runs and kept until the walsender exits; read
+ *	  from WalSndCtl, so track_activities does not matter;
  *	- the low-level API (pg_backup_start() ... pg_backup_stop()): a
- *	  session marks its slot below when it starts a query that names
- *	  pg_backup_start, before the function runs, and each of its
- *	  transactions ends by asking the session's own state
- *	  (get_backup_status()), which clears the mark once no backup runs.
- *	  A session that exits ends its backup, and its mark.  Not seen: a
- *	  backup started through the fast-path function call protocol, or by
- *	  a query whose text does not name pg_backup_start (a PL/pgSQL
- *	  assignment evaluated as a simple expression, a wrapper function);
- *	  nor pg_basebackup with track_activities off (no progress command).
+ *	  session marks its slot below when it sets up a call of
+ *	  pg_backup_start(), by any route: the executor (SQL, PL/pgSQL
+ *	  expressions and assignments, SQL-language wrappers) and the fast-path
+ *	  protocol all invoke object_access_hook with OAT_FUNCTION_EXECUTE for
+ *	  each function they set up, after its EXECUTE check and before the
+ *	  call (fmgr_hook would not do: it never sees built-in functions).
+ *	  Each of the session's transactions then ends by asking the session's
+ *	  own state (get_backup_status()), which clears the mark once no backup
+ *	  runs.  A session that exits ends its backup, and its mark.  So only a
+ *	  role that may execute pg_backup_start() can postpone a switch, and
+ *	  only while its backup runs or its transaction lasts.  Not seen: a
+ *	  C function that calls pg_backup_start's code directly.
  * The relocation closes the window between its check and its rename by
  * delaying checkpoints (relocation_switch.c): a backup that starts after the
  * check reads pg_tblspc only after its start checkpoint, so after the
@@ -37,13 +42,16 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "executor/executor.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_proc.h"
 #include "miscadmin.h"
+#include "replication/walsender_private.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/backend_progress.h"
 #include "utils/backend_status.h"
+#include "utils/fmgroids.h"
 
 #include "compat.h"
 #include "jobs/jobs.h"
@@ -64,7 +72,7 @@ typedef struct BackupMarks
 } BackupMarks;
 
 static BackupMarks *backup_marks = NULL;
-static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static object_access_hook_type prev_object_access_hook = NULL;
 static bool marked = false;		/* this backend's slot is set */
 static bool callbacks_registered = false;
 
@@ -127,23 +135,16 @@ clear_mark_at_exit(int code, Datum arg)
 		set_mark(false);
 }
 
-/* Whether text names pg_backup_start, in any case. */
-static bool
-names_backup_start(const char *text)
-{
-	static const char name[] = "pg_backup_start";
-
-	for (const char *p = text; p != NULL && *p != '\0'; p++)
-		if ((*p == 'p' || *p == 'P') &&
-			pg_strncasecmp(p, name, sizeof(name) - 1) == 0)
-			return true;
-	return false;
-}
-
+/*
+ * object_access_hook: a call of pg_backup_start() is being set up (after its
+ * EXECUTE check, before it runs), by the executor or the fast-path protocol.
+ */
 static void
-backups_ExecutorStart(QueryDesc *queryDesc, int eflags)
+backups_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+					  int subId, void *arg)
 {
-	if (backup_marks != NULL && !marked && names_backup_start(queryDesc->sourceText))
+	if (access == OAT_FUNCTION_EXECUTE && classId == ProcedureRelationId &&
+		objectId == F_PG_BACKUP_START && backup_marks != NULL && !marked)
 	{
 		if (!callbacks_registered)
 		{
@@ -153,18 +154,32 @@ backups_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		}
 		set_mark(true);
 	}
-	if (prev_ExecutorStart)
-		prev_ExecutorStart(queryDesc, eflags);
-	else
-		standard_ExecutorStart(queryDesc, eflags);
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
 }
 
 /* From _PG_init. */
 void
 tsm_backups_init(void)
 {
-	prev_ExecutorStart = ExecutorStart_hook;
-	ExecutorStart_hook = backups_ExecutorStart;
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = backups_object_access;
+}
+
+/* When the process pid started (its backend status entry), or now. */
+static TimestampTz
+process_start(int pid)
+{
+	int			nbackends = pgstat_fetch_stat_numbackends();
+
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = tsm_local_backend_status(i);
+
+		if (local && local->backendStatus.st_procpid == pid)
+			return local->backendStatus.st_proc_start_timestamp;
+	}
+	return GetCurrentTimestamp();
 }
 
 /*
@@ -177,7 +192,6 @@ bool
 tsm_backup_running(TimestampTz *oldest_start, char *what, Size len)
 {
 	TimestampTz oldest = DT_NOEND;
-	int			nbackends;
 	int			count = 0;
 
 	if (backup_marks != NULL)
@@ -195,18 +209,21 @@ tsm_backup_running(TimestampTz *oldest_start, char *what, Size len)
 	}
 
 	pgstat_clear_backend_activity_snapshot();
-	nbackends = pgstat_fetch_stat_numbackends();
-	for (int i = 1; i <= nbackends; i++)
+	for (int i = 0; WalSndCtl != NULL && i < max_wal_senders; i++)
 	{
-		LocalPgBackendStatus *local = tsm_local_backend_status(i);
+		volatile WalSnd *walsnd = &WalSndCtl->walsnds[i];
+		int			pid;
+		WalSndState state;
 
-		if (local && local->backendStatus.st_progress_command == PROGRESS_COMMAND_BASEBACKUP)
-		{
-			if (count++ == 0 && what)
-				snprintf(what, len, "pg_basebackup (process %d)",
-						 local->backendStatus.st_procpid);
-			oldest = Min(oldest, local->backendStatus.st_proc_start_timestamp);
-		}
+		SpinLockAcquire(&walsnd->mutex);
+		pid = walsnd->pid;
+		state = walsnd->state;
+		SpinLockRelease(&walsnd->mutex);
+		if (pid == 0 || state != WALSNDSTATE_BACKUP)
+			continue;
+		if (count++ == 0 && what)
+			snprintf(what, len, "pg_basebackup (process %d)", pid);
+		oldest = Min(oldest, process_start(pid));
 	}
 	pgstat_clear_backend_activity_snapshot();
 	if (oldest_start)
