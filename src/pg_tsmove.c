@@ -238,6 +238,7 @@ _PG_init(void)
 	tsm_monitor_init();			/* monitoring: GUCs, executor hooks */
 	tsm_autopilot_init();		/* the autopilot's policy GUCs */
 	tsm_backups_init();			/* sees pg_backup_start() */
+	tsm_guard_init();			/* keeps new storage out of a switch's window */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)

@@ -267,3 +267,28 @@ tsm_find_slot_for_job(int64 job_id)
 	}
 	return NULL;
 }
+
+/*
+ * The tablespaces that running relocations relocate (a worker has claimed
+ * the job and not yet let go of it), with their jobs; at most max.  Any
+ * backend may ask, in any database.
+ */
+int
+tsm_running_relocations(Oid *spcs, int64 *jobs, int max)
+{
+	int			n = 0;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < tsm_shared->nslots && n < max; i++)
+	{
+		TsmWorkerSlot *s = &tsm_shared->slots[i];
+
+		if (s->in_use && s->job_id != 0 && s->kind == TSM_KIND_RELOCATE)
+		{
+			spcs[n] = s->target_spc;
+			jobs[n++] = s->job_id;
+		}
+	}
+	LWLockRelease(tsm_shared->lock);
+	return n;
+}

@@ -17,11 +17,13 @@
  *	relocation_dbcatalog.c	another database's pg_class, read without a
  *							connection to it
  *	relocation_marks.c		which data directory a new location belongs to
+ *	relocation_guard.c		the creation guard: the utility hook's lock that
+ *							keeps new storage out of the switch's window
  *
  * Who calls whom: the worker (workers/worker.c) calls the front end's
  * functions through its TsmFrontEnd (engine/frontend.h); the recovery
  * worker (workers/recovery.c) tsm_recover_relocation(); pg_tsmove.c the
- * backups' shared memory and hooks.  relocation/ calls engine/ (the file
+ * backups' shared memory and hooks, and the guard's hook.  relocation/ calls engine/ (the file
  * set, switch blockers, durable files; never the copy or the mirror) and
  * jobs/; never workers/, api/ or relation/.
  *
@@ -29,6 +31,8 @@
  */
 #ifndef TSM_RELOCATION_H
 #define TSM_RELOCATION_H
+
+#include "storage/lock.h"
 
 #include "engine/frontend.h"
 
@@ -48,6 +52,10 @@ extern void tsm_relocation_cleanup(TsmJob *job);
 
 /* relocation_recovery.c, for the recovery pass (workers/recovery.c) */
 extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
+
+/* relocation_guard.c: nothing creates storage in the switch's window */
+extern void tsm_guard_init(void);
+extern void tsm_guard_locktag(LOCKTAG *tag);
 
 /* relocation_backups.c: the marks of running backups, and its hooks */
 extern Size tsm_backups_shmem_size(void);

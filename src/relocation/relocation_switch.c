@@ -9,9 +9,11 @@
  * The switch, in this order, which is what keeps a change from being lost
  * (until every process has closed its old file descriptors, a page
  * changed after its last copy could be written through one and evicted):
- *	1. AccessExclusiveLock on every relation stored in the tablespace, in
- *	   every database, each within pg_tsmove.switch_lock_timeout, all or
- *	   none (switch_lock); a relation created meanwhile by a transaction
+ *	1. the creation guard (relocation_guard.c: from here to the end of the
+ *	   switch's transaction no statement that can create storage runs),
+ *	   then AccessExclusiveLock on every relation stored in the tablespace,
+ *	   in every database, each within pg_tsmove.switch_lock_timeout, all or
+ *	   none (switch_lock); a relation created before by a transaction
  *	   that has not committed, or a temporary file of a session, postpones
  *	   the switch (switch_check);
  *	2. the worker reads the WAL to its end, copies what is dirty and the
@@ -28,8 +30,9 @@
  *	   the bgwriter included, closes its old descriptors (and the worker's
  *	   own, absorbed by hand since interrupts are held from 3 to 4, so that
  *	   no error can release the locks before the barrier);
- *	5. files created in the old location after the check (a CREATE racing
- *	   the rename) are copied; copies of dropped files whose pending unlink
+ *	5. files created in the old location after the check are copied (the
+ *	   guard leaves none to utility statements; this is for storage made
+ *	   by code that bypasses ProcessUtility); copies of dropped files whose pending unlink
  *	   the checkpointer already did are removed; release the locks;
  *	6. wait for backups that began before the switch and for sessions
  *	   whose temporary files are in the old location; remove the old
@@ -44,9 +47,9 @@
  * Calls relocation_files.c and the relocation's helpers; the worker calls
  * it, and so does relocation_finish.c (the barrier, in cleanup).
  *
- * Locks: the AccessExclusiveLocks above, in a transaction of the worker,
- * taken through tsm_ctl_lock_all_or_none() (job_control.c) and released
- * at its commit; TablespaceCreateLock from the last look to the rename.
+ * Locks: the guard and the AccessExclusiveLocks above, in a transaction of
+ * the worker, taken through tsm_ctl_lock_all_or_none() (job_control.c) and
+ * released at its commit; TablespaceCreateLock from the last look to the rename.
  *
  *-------------------------------------------------------------------------
  */
@@ -137,12 +140,24 @@ note_contended(TsmJob *job, const LOCKTAG *tag)
 	st->ncontended = Min(st->ncontended + 1, 8);
 }
 
+/*
+ * Lock i of the switch: 0 is the creation guard (relocation_guard.c),
+ * taken first so that a statement holding it never waits for a relation
+ * the switch holds; then st->locked[i - 1].
+ */
 static void
-lock_relation(void *arg, int i)
+lock_guard_or_relation(void *arg, int i)
 {
 	TsmRelocation *st = (TsmRelocation *) arg;
+	LOCKTAG		guard;
 
-	(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+	if (i == 0)
+	{
+		tsm_guard_locktag(&guard);
+		(void) LockAcquire(&guard, AccessExclusiveLock, false, false);
+	}
+	else
+		(void) LockAcquire(&st->locked[i - 1], AccessExclusiveLock, false, false);
 }
 
 /*
@@ -252,10 +267,17 @@ tsm_relocation_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
-	if (tsm_ctl_lock_all_or_none(lock_relation, st, st->nlocked, timeout_ms, &failed_at))
+	if (tsm_ctl_lock_all_or_none(lock_guard_or_relation, st, st->nlocked + 1, timeout_ms,
+								 &failed_at))
 		return true;
-	note_contended(job, &st->locked[failed_at]);
 	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
+	if (failed_at == 0)
+	{
+		tsm_ctl_note(&job->ctl, "waiting for statements that may create files (CREATE, ALTER, "
+					 "TRUNCATE, REINDEX, ...) to end: none may run across the switch");
+		return false;
+	}
+	note_contended(job, &st->locked[failed_at - 1]);
 	tsm_switch_attempt_failed(&job->block, st->locked, st->nlocked);
 	return false;
 }
