@@ -49,3 +49,14 @@ install_deps() {
     "$PYTHON" -m pip install -q --root-user-action=ignore \
         -r "$repo_dir/test/requirements.txt" || return 1
 }
+
+# What building the Debian packages needs (test/package_test.sh, .ci/run).
+install_packaging_deps() {
+    local wanted=() pkg
+    for pkg in build-essential dpkg-dev debhelper fakeroot postgresql-server-dev-all git; do
+        package_installed "$pkg" || wanted+=("$pkg")
+    done
+    [ ${#wanted[@]} -eq 0 ] && return 0
+    echo "install_deps: installing ${wanted[*]}"
+    apt-get update -q >/dev/null && apt_install "${wanted[@]}" >/dev/null
+}

@@ -65,15 +65,8 @@ phase "dependencies"
 if ! package_installed postgresql-15; then
     install_deps "$REPO_DIR" || { echo "package_test: installing dependencies failed" >&2; finish; }
 fi
-wanted=()
-for pkg in build-essential dpkg-dev debhelper fakeroot postgresql-server-dev-all git; do
-    package_installed "$pkg" || wanted+=("$pkg")
-done
-if [ ${#wanted[@]} -gt 0 ]; then
-    echo "package_test: installing ${wanted[*]}"
-    apt-get update -q >/dev/null && apt_install "${wanted[@]}" >/dev/null
-    check "build dependencies installed (${wanted[*]})" test $? -eq 0
-fi
+install_packaging_deps
+check "build dependencies installed" test $? -eq 0
 
 # ---- a clean copy of the tree, and the build --------------------------------
 phase "build"
