@@ -51,6 +51,7 @@
 
 #include <sys/stat.h>
 
+#include "catalog/pg_database.h"	/* get_database_oid() from 19 on */
 #include "catalog/pg_tablespace.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
@@ -100,6 +101,7 @@ may_create_storage(Node *stmt)
 {
 	switch (nodeTag(stmt))
 	{
+		/* no storage: sessions, transactions, cursors, data of existing relations */
 		case T_TransactionStmt:
 		case T_VariableSetStmt:
 		case T_VariableShowStmt:
@@ -120,9 +122,42 @@ may_create_storage(Node *stmt)
 		case T_ClosePortalStmt:
 		case T_LoadStmt:
 		case T_ConstraintsSetStmt:
+		case T_AlterSystemStmt:
+			/* no storage: catalog rows only */
 		case T_CommentStmt:
+		case T_SecLabelStmt:
 		case T_GrantStmt:
 		case T_GrantRoleStmt:
+		case T_AlterDefaultPrivilegesStmt:
+		case T_CreateRoleStmt:
+		case T_AlterRoleStmt:
+		case T_AlterRoleSetStmt:
+		case T_DropRoleStmt:
+		case T_AlterDatabaseSetStmt:
+		case T_CreateFunctionStmt:
+		case T_AlterFunctionStmt:
+		case T_DefineStmt:
+		case T_CreateDomainStmt:
+		case T_CreateEnumStmt:
+		case T_AlterEnumStmt:
+		case T_ViewStmt:
+		case T_CreateTrigStmt:
+		case T_CreateEventTrigStmt:
+		case T_AlterEventTrigStmt:
+		case T_CreatePolicyStmt:
+		case T_AlterPolicyStmt:
+		case T_RenameStmt:
+		case T_AlterOwnerStmt:
+		case T_AlterObjectSchemaStmt:
+		case T_DropStmt:
+		case T_CreatePublicationStmt:
+		case T_AlterPublicationStmt:
+		case T_CreateStatsStmt:
+		case T_AlterStatsStmt:
+		case T_CreateTableSpaceStmt:	/* a new one is never being relocated */
+		case T_AlterTableSpaceOptionsStmt:
+		case T_CreateForeignTableStmt:
+		case T_ImportForeignSchemaStmt: /* its CREATEs take the guard */
 			return false;
 		case T_VacuumStmt:		/* forks of locked relations, or a rewrite */
 			return vacuum_is_full((VacuumStmt *) stmt);
