@@ -159,3 +159,33 @@ def test_database_commands_refused_during_a_relocation(primary):
     assert primary.sql_scalar("SELECT datname FROM pg_database d JOIN pg_tablespace t "
                               "ON t.oid = d.dattablespace WHERE t.spcname = 'ts_a' "
                               "ORDER BY 1 LIMIT 1") == "db2"
+
+
+def test_recovery_keeps_old_files_longer_than_their_copies(primary):
+    """The recovery pass after a crash that followed the rename never decides
+    from a name alone: a file whose copy in the new location is shorter
+    than the old one (as crash recovery leaves a file that raced the rename,
+    recreated through the new link below the pages it replayed) keeps the
+    old location, with the job failed and a warning saying so; without the
+    check the old location, holding the only full copy, was removed."""
+    primary.sql("CREATE TABLE kept (id int PRIMARY KEY, pad text) TABLESPACE ts_a;"
+                "INSERT INTO kept SELECT g, repeat('k', 100) FROM generate_series(1, %d) g"
+                % ROWS)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    rel_path = primary.sql_scalar("SELECT pg_relation_filepath('kept')")
+    version_dir_and_file = rel_path.split("/", 2)[2]       # PG_.../<db>/<filenode>
+    job = relocate_paused_at(primary, "warming", new)      # renamed, stragglers next
+    old_file = os.path.join(old, version_dir_and_file)
+    new_file = os.path.join(new, version_dir_and_file)
+    full_size = os.path.getsize(old_file)
+    assert os.path.getsize(new_file) == full_size > 8192
+    os.truncate(new_file, 8192)                            # what a racing replay leaves
+    primary.kill9()
+    primary.start()
+    state = wait_for(lambda: (lambda s: s if s in ("done", "failed") else None)(
+        job_row(primary, job)["state"]), 60, what="the recovery pass")
+    assert state == "failed", job_row(primary, job)
+    assert "was kept" in job_row(primary, job)["error"]
+    assert os.path.getsize(old_file) == full_size          # the full copy is still there
+    assert "is longer than its copy" in primary.log_contents()

@@ -59,6 +59,7 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/htup_details.h"
@@ -791,17 +792,25 @@ remove_temporary_copies(const char *db_dir)
 }
 
 /*
- * Copy what is in the old version directory and not in the new one:
- * files a CREATE made there between the switch's check and the rename
- * (their transaction had no visible relation to lock).  Temporary files
- * are not copied.  Used after the switch, and by the recovery pass after
- * a crash that followed the rename.
+ * Copy what is in the old version directory and not in the new one: files
+ * made there between the switch's last look and the rename by code the
+ * creation guard does not see (relocation_guard.c; no SQL statement can).
+ * Temporary files are not copied.  Used after the switch, and by the
+ * recovery pass after a crash that followed the rename.
+ *
+ * A name in both is not decided from the name alone: if the new copy is
+ * shorter than the old file (crash recovery may have recreated a file that
+ * raced the rename through the new link, zero-filled below the pages it
+ * replayed), the old file may hold the only copy of its data.  Such files
+ * are left alone and counted: the caller must then keep the old location.
+ * Returns their number.
  */
-void
+int
 tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 {
 	DIR		   *dir = AllocateDir(old_dir);
 	struct dirent *de;
+	int			short_copies = 0;
 
 	while ((de = ReadDirExtended(dir, old_dir, LOG)) != NULL)
 	{
@@ -827,13 +836,24 @@ tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 			TsmRelFileNumber number;
 			unsigned	segno;
 			ForkNumber	fork;
+			struct stat old_st,
+						new_st;
 
 			if (!tsm_parse_relation_file_name(fe->d_name, &number, &fork, &segno))
 				continue;
 			snprintf(from, sizeof(from), "%s/%s", old_db, fe->d_name);
 			snprintf(to, sizeof(to), "%s/%s", new_db, fe->d_name);
-			if (access(to, F_OK) == 0)
+			if (stat(to, &new_st) == 0)
+			{
+				if (stat(from, &old_st) == 0 && new_st.st_size < old_st.st_size)
+				{
+					ereport(WARNING,
+							(errmsg("pg_tsmove: \"%s\" (%lld bytes) is longer than its copy \"%s\" (%lld bytes); the old location is kept",
+									from, (long long) old_st.st_size, to, (long long) new_st.st_size)));
+					short_copies++;
+				}
 				continue;
+			}
 			ereport(LOG,
 					(errmsg("pg_tsmove: copying \"%s\", created in the old location during the switch",
 							from)));
@@ -843,6 +863,7 @@ tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 		fsync_fname(new_db, true);
 	}
 	FreeDir(dir);
+	return short_copies;
 }
 
 static const TsmFileSetOps relocation_sink = {

@@ -57,6 +57,24 @@ release_tablespace_lock(TsmRelocation *st)
 	st->spc_locked = false;
 }
 
+/*
+ * Whether files of the old location are longer than their copies
+ * (tsm_copy_stragglers): then it may hold data the new one lacks, and it
+ * stays, with a warning saying what to do.
+ */
+static bool
+keep_old_for_short_copies(TsmRelocation *st)
+{
+	if (st->short_copies == 0)
+		return false;
+	ereport(WARNING,
+			(errmsg("pg_tsmove left \"%s\" in place: %d of its files are longer than their copies in \"%s\"",
+					st->old_dir, st->short_copies, st->new_dir),
+			 errdetail("The tablespace uses the new location; the old files may hold data their copies lack."),
+			 errhint("Compare the files the log names, with amcheck on their relations, before removing the old location by hand.")));
+	return true;
+}
+
 /* Remove the old version directory, now that nothing uses it. */
 static void
 remove_old_files(TsmRelocation *st)
@@ -219,6 +237,14 @@ tsm_relocation_finish(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 
 	close_all_files(job);
+	if (keep_old_for_short_copies(st))
+	{
+		tsm_ctl_note(&job->ctl, "%d files in \"%s\" are longer than their copies: the old location was kept",
+					 st->short_copies, st->old_dir);
+		remove_marks(job);
+		release_tablespace_lock(st);
+		return;
+	}
 	wait_for_old_files_users(job);
 	tsm_ctl_note(&job->ctl, "%s", "removing the old files");
 	tsm_ctl_debug_pause(&job->ctl, "shrinking");
@@ -256,7 +282,13 @@ tsm_relocation_cleanup(TsmJob *job)
 		if (!st->barrier_done)
 			tsm_reloc_release_old_descriptors(st);
 		if (!st->stragglers_done)
-			tsm_copy_stragglers(st->old_dir, st->new_dir);
+			st->short_copies = tsm_copy_stragglers(st->old_dir, st->new_dir);
+		if (keep_old_for_short_copies(st))
+		{
+			remove_marks(job);
+			release_tablespace_lock(st);
+			return;
+		}
 		/* cancelled while finish waited: the old files stay for their users */
 		if (old_files_in_use(st, what, sizeof(what)))
 		{

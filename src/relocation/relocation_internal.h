@@ -95,6 +95,7 @@ typedef struct TsmRelocation
 	bool		new_dir_made;
 	bool		barrier_done;
 	bool		stragglers_done;
+	int			short_copies;	/* old files longer than their copies: keep them */
 	bool		marks_written;	/* relocation_marks.c, in both locations */
 	TimestampTz switched_at;	/* when the link was checked and renamed */
 	int			barrier_laggard;	/* the process the last probe named, or 0 */
@@ -128,7 +129,7 @@ extern TsmFile *tsm_reloc_add_file(TsmFileSet *fs, TsmRelFileNode node,
 extern void tsm_reloc_resolve(TsmJob *job, bool all);
 extern XLogRecPtr tsm_last_checkpoint_redo(void);
 extern void tsm_copy_plain_file(const char *from, const char *to);
-extern void tsm_copy_stragglers(const char *old_dir, const char *new_dir);
+extern int	tsm_copy_stragglers(const char *old_dir, const char *new_dir);
 
 /* relocation_switch.c */
 extern void tsm_reloc_release_old_descriptors(TsmRelocation *st);

@@ -50,6 +50,7 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 	int			len;
 	char	   *old_dir;
 	char	   *new_dir;
+	int			short_copies = 0;
 
 	if (job->old_location == NULL || job->new_location == NULL)
 	{
@@ -65,9 +66,21 @@ tsm_recover_relocation(const TsmUnfinishedJob *job)
 		target[len] = '\0';
 
 	if (len >= 0 && strcmp(target, job->new_location) == 0 &&
-		tsm_relocmark_is_ours(job->old_location, job->job_id))
+		tsm_relocmark_is_ours(job->old_location, job->job_id) &&
+		(short_copies = tsm_copy_stragglers(old_dir, new_dir)) > 0)
 	{
-		tsm_copy_stragglers(old_dir, new_dir);
+		tsm_jobrec_set_state(job->job_id, TSM_FAILED,
+							 psprintf("the server stopped after the switch; \"%s\" was kept: %d of its files "
+									  "are longer than their copies in the new location (see the server log)",
+									  old_dir, short_copies));
+		ereport(WARNING,
+				(errmsg("pg_tsmove: job %lld: \"%s\" was kept: %d of its files are longer than their copies in \"%s\"",
+						(long long) job->job_id, old_dir, short_copies, new_dir),
+				 errhint("Compare the files the log names, with amcheck on their relations, before removing the old location by hand.")));
+	}
+	else if (len >= 0 && strcmp(target, job->new_location) == 0 &&
+			 tsm_relocmark_is_ours(job->old_location, job->job_id))
+	{
 		if (!rmtree(old_dir, true))
 			ereport(WARNING,
 					(errmsg("pg_tsmove could not remove all of \"%s\"", old_dir)));

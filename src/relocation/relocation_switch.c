@@ -674,7 +674,7 @@ tsm_relocation_switch_commit(TsmJob *job)
 	RESUME_INTERRUPTS();
 
 	tsm_ctl_debug_pause(&job->ctl, "warming");
-	tsm_copy_stragglers(st->old_dir, st->new_dir);
+	st->short_copies = tsm_copy_stragglers(st->old_dir, st->new_dir);
 	remove_unlinked_tombstones(job);
 	st->stragglers_done = true;
 
