@@ -791,6 +791,16 @@ remove_temporary_copies(const char *db_dir)
 	FreeDir(dir);
 }
 
+/* Whether relation file number has an init fork (it is unlogged) in db_dir. */
+static bool
+has_init_fork(const char *db_dir, TsmRelFileNumber number)
+{
+	char		path[MAXPGPATH];
+
+	snprintf(path, sizeof(path), "%s/%u_%s", db_dir, number, forkNames[INIT_FORKNUM]);
+	return access(path, F_OK) == 0;
+}
+
 /*
  * Copy what is in the old version directory and not in the new one: files
  * made there between the switch's last look and the rename by code the
@@ -798,12 +808,15 @@ remove_temporary_copies(const char *db_dir)
  * Temporary files are not copied.  Used after the switch, and by the
  * recovery pass after a crash that followed the rename.
  *
- * A name in both is not decided from the name alone: if the new copy is
- * shorter than the old file (crash recovery may have recreated a file that
- * raced the rename through the new link, zero-filled below the pages it
- * replayed), the old file may hold the only copy of its data.  Such files
- * are left alone and counted: the caller must then keep the old location.
- * Returns their number.
+ * A name in both is not decided from the name alone: if the new copy of a
+ * main or init fork is shorter than the old file (crash recovery may have
+ * recreated a file that raced the rename through the new link, zero-filled
+ * below the pages it replayed), the old file may hold the only copy of its
+ * data.  Such files are left alone and counted: the caller must then keep
+ * the old location.  Returns their number.  A shorter FSM or VM is left
+ * as it is: read as zeros past its end, it only lost hints (a VACUUM during
+ * the copy leaves them short in the new location); so is an unlogged
+ * relation's main fork, which crash recovery resets.
  */
 int
 tsm_copy_stragglers(const char *old_dir, const char *new_dir)
@@ -845,7 +858,14 @@ tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 			snprintf(to, sizeof(to), "%s/%s", new_db, fe->d_name);
 			if (stat(to, &new_st) == 0)
 			{
-				if (stat(from, &old_st) == 0 && new_st.st_size < old_st.st_size)
+				/*
+				 * A shorter FSM or VM only loses hints (free space,
+				 * all-visible bits); an unlogged relation's main fork is
+				 * reset from its init fork by crash recovery.
+				 */
+				if ((fork == INIT_FORKNUM ||
+					 (fork == MAIN_FORKNUM && !has_init_fork(new_db, number))) &&
+					stat(from, &old_st) == 0 && new_st.st_size < old_st.st_size)
 				{
 					ereport(WARNING,
 							(errmsg("pg_tsmove: \"%s\" (%lld bytes) is longer than its copy \"%s\" (%lld bytes); the old location is kept",
