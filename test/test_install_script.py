@@ -42,6 +42,20 @@ _MEMBERS = """
     WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
       AND d.deptype = 'e' AND e.extname = '""" + EXTENSION + "'"
 
+# (class, oid) of the relations, functions, types and constraints in the schema
+_SCHEMA_OBJECTS = """
+                SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_class c
+                WHERE c.relnamespace = 'tsmove'::pg_catalog.regnamespace
+                UNION ALL
+                SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace = 'tsmove'::pg_catalog.regnamespace
+                UNION ALL
+                SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t
+                WHERE t.typnamespace = 'tsmove'::pg_catalog.regnamespace
+                UNION ALL
+                SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, co.oid FROM pg_catalog.pg_constraint co
+                WHERE co.connamespace = 'tsmove'::pg_catalog.regnamespace"""
+
 # Every query returns rows of text; rows are compared as sorted sets, each
 # row naming its object so that a difference says where it is.
 CATALOG_QUERIES = {
@@ -139,17 +153,7 @@ CATALOG_QUERIES = {
         SELECT pg_catalog.pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description
         FROM pg_catalog.pg_description d
         WHERE (d.classoid, d.objoid) IN (
-                SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p
-                WHERE p.pronamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t
-                WHERE t.typnamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, co.oid FROM pg_catalog.pg_constraint co
-                WHERE co.connamespace = 'tsmove'::pg_catalog.regnamespace
+""" + _SCHEMA_OBJECTS + """
                 UNION ALL
                 SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, 'tsmove'::pg_catalog.regnamespace::oid)""",
 
@@ -172,17 +176,7 @@ CATALOG_QUERIES = {
         FROM pg_catalog.pg_depend d
         WHERE d.deptype <> 'e'
           AND (d.classid, d.objid) IN (
-                SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid FROM pg_catalog.pg_proc p
-                WHERE p.pronamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t
-                WHERE t.typnamespace = 'tsmove'::pg_catalog.regnamespace
-                UNION ALL
-                SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, co.oid FROM pg_catalog.pg_constraint co
-                WHERE co.connamespace = 'tsmove'::pg_catalog.regnamespace
+""" + _SCHEMA_OBJECTS + """
                 UNION ALL
                 SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_trigger t
                 JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
