@@ -213,6 +213,7 @@ wait_for_old_files_users(TsmJob *job)
 	while (old_files_in_use(st, what, sizeof(what)))
 	{
 		tsm_ctl_note(&job->ctl, "waiting for %s, to end before removing the old files", what);
+		tsm_ctl_publish(&job->ctl, true);
 		tsm_ctl_sleep(&job->ctl, 1000);
 	}
 }
