@@ -6,6 +6,10 @@
  * worker.c drives every job through the same phases; what differs between
  * moving a relation and relocating a tablespace is behind TsmFrontEnd:
  *
+ *	settle			NULL, or: before the mirror starts and anything is
+ *					listed, wait for what began before the job was claimed
+ *					and could not see it (a relocation: statements holding
+ *					the creation guard)
  *	prepare			take what the job holds for its whole life, list its
  *					files in the file set, record in the job row what a crash
  *					would leave behind, create the destination
@@ -66,6 +70,7 @@ typedef enum TsmGuard
 
 typedef struct TsmFrontEnd
 {
+	void		(*settle) (TsmJob *job);
 	void		(*prepare) (TsmJob *job);
 	TsmGuard	(*guard) (TsmJob *job, TsmFile *f);
 	bool		(*switch_lock) (TsmJob *job);

@@ -454,7 +454,9 @@ tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
 
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		/* a deadlock the detector broke on our side: also a failed attempt */
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
+			edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
 			PG_RE_THROW();
 		FlushErrorState();
 		FreeErrorData(edata);

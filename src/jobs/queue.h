@@ -169,9 +169,6 @@ extern int	tsm_running_workers_locked(void);
 extern int	tsm_running_workers(void);
 extern void tsm_queue_note(Oid dbid, char *note, Size len);
 extern TsmWorkerSlot *tsm_find_slot_for_job(int64 job_id);
-
-/* At most this many running relocations are reported at once. */
-#define TSM_MAX_RELOCATIONS_SEEN 16
 extern int	tsm_running_relocations(Oid *spcs, int64 *jobs, int max);
 
 #endif							/* TSM_QUEUE_H */

@@ -37,6 +37,7 @@
 #include "engine/frontend.h"
 
 /* relocation_files.c: a tablespace relocation's files */
+extern void tsm_relocation_settle(TsmJob *job);
 extern void tsm_relocation_prepare(TsmJob *job);
 extern TsmGuard tsm_relocation_guard(TsmJob *job, TsmFile *f);
 
@@ -56,6 +57,8 @@ extern void tsm_recover_relocation(const TsmUnfinishedJob *job);
 /* relocation_guard.c: nothing creates storage in the switch's window */
 extern void tsm_guard_init(void);
 extern void tsm_guard_locktag(LOCKTAG *tag);
+extern void tsm_guard_holders(char *buf, Size len);
+extern void tsm_guard_drain(TsmJobCtl *ctl);
 
 /* relocation_backups.c: the marks of running backups, and its hooks */
 extern Size tsm_backups_shmem_size(void);

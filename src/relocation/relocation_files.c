@@ -423,11 +423,15 @@ tsm_reloc_resolve(TsmJob *job, bool all)
 		{
 			HeapTuple	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(db->dbid));
 
+			/*
+			 * No row (yet): a CREATE DATABASE that has not committed, or one
+			 * that failed and left its directory.  Look again next time;
+			 * meanwhile its files are unresolved, which postpones the
+			 * switch until no transaction that ran at the listing can own
+			 * them (switch_check).
+			 */
 			if (!HeapTupleIsValid(tuple))
-			{
-				db->exists = false; /* its files belong to nothing */
 				continue;
-			}
 			db->default_spc = ((Form_pg_database) GETSTRUCT(tuple))->dattablespace;
 			ReleaseSysCache(tuple);
 		}
@@ -596,6 +600,19 @@ creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
 /* ---- prepare and guard, the front end's first phases ---- */
 
 /*
+ * settle: statements that took the creation guard before this job was
+ * claimed did not see it (relocation_guard.c): wait for their transactions
+ * before the mirror starts (a CREATE DATABASE's WAL would end the job),
+ * before prepare's checks (it may make the tablespace its default) and
+ * before any file is listed.
+ */
+void
+tsm_relocation_settle(TsmJob *job)
+{
+	tsm_guard_drain(&job->ctl);
+}
+
+/*
  * prepare: lock the tablespace against a second relocation, check again,
  * record the old location in the job row, create the new version
  * directory, list the files and look up their relations.
@@ -620,6 +637,7 @@ tsm_relocation_prepare(TsmJob *job)
 						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	tsm_fileset_init(&job->files, &job->ctl, &relocation_sink, st);
 	job->files.follow_tablespace = st->spc;
+
 
 	tsm_job_start_transaction();
 	SET_LOCKTAG_OBJECT(tag, InvalidOid, TableSpaceRelationId, st->spc, 0);

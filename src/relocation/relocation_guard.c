@@ -33,11 +33,20 @@
  * storage created by C code that bypasses ProcessUtility (another
  * extension's background worker calling heap_create()).
  *
- * Database-level commands copy or move whole directories: CREATE DATABASE
- * whose template has files in a tablespace being relocated, or whose
- * default tablespace it is, and ALTER DATABASE ... SET TABLESPACE into it,
- * are refused for the whole relocation (from the worker's claim to its
- * end), with the guard held, so none can have started unseen.
+ * Database-level commands copy, move or remove whole directories: CREATE
+ * DATABASE whose template has files in a tablespace being relocated, or
+ * whose default tablespace it is, ALTER DATABASE ... SET TABLESPACE into
+ * it, and DROP DATABASE of a database with files in it are refused for the
+ * whole relocation (from the worker's claim to its end), under the guard;
+ * one that started before the claim is waited for before any file is
+ * listed (tsm_guard_drain).
+ *
+ * The switch takes the guard last, after the relations, without waiting:
+ * a statement holding it may wait for one of those relations (its
+ * transaction wrote to it, then runs DDL), and waiting for the guard while
+ * holding them would deadlock.  A statement that runs long anywhere (a big
+ * CREATE INDEX, VACUUM FULL) postpones the switch, which names it;
+ * pg_tsmove.switch_cancel_blockers_after does not apply to it.
  *
  * Called by pg_tsmove.c (the hook) and relocation_switch.c (the switch's
  * lock); calls jobs/queue.c for the running relocations.
@@ -63,6 +72,7 @@
 #include "tcop/utility.h"
 #include "utils/lsyscache.h"
 
+#include "jobs/job_control.h"
 #include "jobs/queue.h"
 #include "relocation/relocation.h"
 
@@ -182,6 +192,8 @@ database_targets(Node *stmt, List *options, Oid *spc, Oid *template)
 	{
 		DefElem    *opt = (DefElem *) lfirst(lc);
 
+		if (opt->arg == NULL)
+			continue;			/* TABLESPACE DEFAULT, TEMPLATE DEFAULT */
 		if (strcmp(opt->defname, "tablespace") == 0)
 			*spc = get_tablespace_oid(defGetString(opt), true);
 		else if (strcmp(opt->defname, "template") == 0)
@@ -204,56 +216,127 @@ database_has_files_in(Oid dbid, Oid spc)
 }
 
 /*
- * Refuse CREATE DATABASE and ALTER DATABASE ... SET TABLESPACE that would
- * copy or move a database's files into, or from, a tablespace being
- * relocated.  The caller holds the guard: a relocation published after
- * this look takes the guard exclusively before its switch (and the
- * statement holds it in share mode to its end).
+ * Refuse CREATE DATABASE, ALTER DATABASE ... SET TABLESPACE and DROP
+ * DATABASE that would copy, move or remove a database's files into, from
+ * or in a tablespace being relocated.  The caller holds the guard: a
+ * relocation claimed after this look waits, before it lists any file, for
+ * every transaction that held the guard when it was claimed
+ * (tsm_guard_drain), and takes the guard exclusively for its switch.
  */
 static void
 refuse_database_commands(Node *stmt)
 {
-	List	   *options;
+	List	   *options = NIL;
 	const char *dbname;
-	Oid			spcs[TSM_MAX_RELOCATIONS_SEEN];
-	int64		jobs[TSM_MAX_RELOCATIONS_SEEN];
+	const char *verb;
+	Oid		   *spcs;
+	int64	   *jobs;
 	int			n;
-	Oid			spc,
-				template;
+	Oid			spc = InvalidOid,
+				template = InvalidOid,
+				dropped = InvalidOid;
 
 	if (IsA(stmt, CreatedbStmt))
 	{
 		options = ((CreatedbStmt *) stmt)->options;
 		dbname = ((CreatedbStmt *) stmt)->dbname;
+		verb = "create";
 	}
 	else if (IsA(stmt, AlterDatabaseStmt))
 	{
 		options = ((AlterDatabaseStmt *) stmt)->options;
 		dbname = ((AlterDatabaseStmt *) stmt)->dbname;
+		verb = "alter";
+	}
+	else if (IsA(stmt, DropdbStmt))
+	{
+		dbname = ((DropdbStmt *) stmt)->dbname;
+		dropped = get_database_oid(dbname, true);
+		verb = "drop";
 	}
 	else
 		return;
-	n = tsm_running_relocations(spcs, jobs, TSM_MAX_RELOCATIONS_SEEN);
-	if (n == 0)
-		return;
-	database_targets(stmt, options, &spc, &template);
+	spcs = palloc(sizeof(Oid) * tsm_shared->nslots);
+	jobs = palloc(sizeof(int64) * tsm_shared->nslots);
+	n = tsm_running_relocations(spcs, jobs, tsm_shared->nslots);
+	if (options != NIL)
+		database_targets(stmt, options, &spc, &template);
 	for (int i = 0; i < n; i++)
 	{
-		bool		into = OidIsValid(spc) && spc == spcs[i];
-		bool		from_template = OidIsValid(template) &&
-			database_has_files_in(template, spcs[i]);
+		const char *detail = NULL;
 
-		if (into || from_template)
+		if (OidIsValid(spc) && spc == spcs[i])
+			detail = "The database's files would be written into the tablespace during its relocation (job %lld).";
+		else if (OidIsValid(template) && database_has_files_in(template, spcs[i]))
+			detail = "The template's files in the tablespace would be copied during its relocation (job %lld).";
+		else if (OidIsValid(dropped) && database_has_files_in(dropped, spcs[i]))
+			detail = "The database's files in the tablespace would be removed during its relocation (job %lld).";
+		if (detail)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_IN_USE),
 					 errmsg("cannot %s database \"%s\" while tablespace \"%s\" is being relocated",
-							IsA(stmt, CreatedbStmt) ? "create" : "alter", dbname,
-							get_tablespace_name(spcs[i])),
-					 errdetail(into ? "The database's files would be written into the tablespace during its relocation (job %lld)."
-							   : "The template's files in the tablespace would be copied during its relocation (job %lld).",
-							   (long long) jobs[i]),
+							verb, dbname, get_tablespace_name(spcs[i])),
+					 errdetail_internal(detail, (long long) jobs[i]),
 					 errhint("Wait for the relocation to end (tsmove.jobs in its database), or cancel it with tsmove.cancel().")));
 	}
+	pfree(spcs);
+	pfree(jobs);
+}
+
+/*
+ * The processes that hold the guard now, as "123, 456" (or "unknown"), for
+ * the note of a switch that could not take it.
+ */
+void
+tsm_guard_holders(char *buf, Size len)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *holders;
+	Size		used = 0;
+
+	tsm_guard_locktag(&tag);
+	buf[0] = '\0';
+	holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+	for (; VirtualTransactionIdIsValid(*holders); holders++)
+	{
+		PGPROC	   *proc = tsm_vxid_proc(*holders);
+
+		if (proc != NULL && proc->pid != 0 && used + 16 < len)
+			used += snprintf(buf + used, len - used, "%s%d", used > 0 ? ", " : "", proc->pid);
+	}
+	if (used == 0)
+		snprintf(buf, len, "unknown");
+}
+
+/*
+ * From a relocation's prepare, after its worker published the job (claimed
+ * it) and before it lists any file: wait until every transaction that held
+ * the guard at that moment has ended.  A statement that took the guard
+ * before the job was published did not see it, and may be one that is
+ * refused during a relocation (CREATE DATABASE copying a template's files
+ * into the tablespace); ending with its transaction, its files are then
+ * either listed with a committed owner or gone.  Polls, so that
+ * tsmove.cancel() is heard.
+ */
+void
+tsm_guard_drain(TsmJobCtl *ctl)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *holders;
+
+	tsm_guard_locktag(&tag);
+	holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+	for (; VirtualTransactionIdIsValid(*holders); holders++)
+		while (!VirtualXactLock(*holders, false))
+		{
+			PGPROC	   *proc = tsm_vxid_proc(*holders);
+
+			tsm_ctl_note(ctl, "waiting for process %d to end its transaction: its statement may "
+						 "create storage and began before the relocation (CREATE, ALTER, REINDEX, "
+						 "VACUUM FULL, ... anywhere in the cluster)", proc ? proc->pid : 0);
+			tsm_ctl_publish(ctl, true);
+			tsm_ctl_sleep(ctl, 100);
+		}
 }
 
 static void

@@ -9,13 +9,13 @@
  * The switch, in this order, which is what keeps a change from being lost
  * (until every process has closed its old file descriptors, a page
  * changed after its last copy could be written through one and evicted):
- *	1. the creation guard (relocation_guard.c: from here to the end of the
- *	   switch's transaction no statement that can create storage runs),
- *	   then AccessExclusiveLock on every relation stored in the tablespace,
- *	   in every database, each within pg_tsmove.switch_lock_timeout, all or
- *	   none (switch_lock); a relation created before by a transaction
- *	   that has not committed, or a temporary file of a session, postpones
- *	   the switch (switch_check);
+ *	1. AccessExclusiveLock on every relation stored in the tablespace, in
+ *	   every database, each within pg_tsmove.switch_lock_timeout, then the
+ *	   creation guard without waiting (relocation_guard.c: from here to the
+ *	   end of the switch's transaction no statement that can create storage
+ *	   runs), all or none (switch_lock); a relation created before by a
+ *	   transaction that has not committed, or a temporary file of a
+ *	   session, postpones the switch (switch_check);
  *	2. the worker reads the WAL to its end, copies what is dirty and the
  *	   files copied under the locks, and fsyncs every file (worker.c); now
  *	   every buffer equals its page in the new files, up to hint bits;
@@ -141,23 +141,28 @@ note_contended(TsmJob *job, const LOCKTAG *tag)
 }
 
 /*
- * Lock i of the switch: 0 is the creation guard (relocation_guard.c),
- * taken first so that a statement holding it never waits for a relation
- * the switch holds; then st->locked[i - 1].
+ * Lock i of the switch: st->locked[i], then, last (i == st->nlocked), the
+ * creation guard (relocation_guard.c), without waiting.  The switch never
+ * waits for the guard while it holds relations: a statement that holds
+ * the guard may be waiting for one of them (a transaction that wrote to a
+ * relation of the tablespace, then runs DDL), and the two would deadlock.
  */
 static void
-lock_guard_or_relation(void *arg, int i)
+lock_relation_then_guard(void *arg, int i)
 {
 	TsmRelocation *st = (TsmRelocation *) arg;
 	LOCKTAG		guard;
 
-	if (i == 0)
+	if (i < st->nlocked)
 	{
-		tsm_guard_locktag(&guard);
-		(void) LockAcquire(&guard, AccessExclusiveLock, false, false);
+		(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+		return;
 	}
-	else
-		(void) LockAcquire(&st->locked[i - 1], AccessExclusiveLock, false, false);
+	tsm_guard_locktag(&guard);
+	if (LockAcquire(&guard, AccessExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("a statement that may create storage is running")));
 }
 
 /*
@@ -267,17 +272,21 @@ tsm_relocation_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
-	if (tsm_ctl_lock_all_or_none(lock_guard_or_relation, st, st->nlocked + 1, timeout_ms,
+	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, st, st->nlocked + 1, timeout_ms,
 								 &failed_at))
 		return true;
 	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
-	if (failed_at == 0)
+	if (failed_at == st->nlocked)
 	{
-		tsm_ctl_note(&job->ctl, "waiting for statements that may create files (CREATE, ALTER, "
-					 "TRUNCATE, REINDEX, ...) to end: none may run across the switch");
+		char		holders[128];
+
+		tsm_guard_holders(holders, sizeof(holders));
+		tsm_ctl_note(&job->ctl, "waiting for a statement that may create storage to end "
+					 "(process %s: CREATE, ALTER, REINDEX, VACUUM FULL, ... anywhere in the "
+					 "cluster): none may run across the switch", holders);
 		return false;
 	}
-	note_contended(job, &st->locked[failed_at - 1]);
+	note_contended(job, &st->locked[failed_at]);
 	tsm_switch_attempt_failed(&job->block, st->locked, st->nlocked);
 	return false;
 }

@@ -104,6 +104,7 @@
  * the mirror.
  */
 static const TsmFrontEnd relation_move = {
+	.settle = NULL,
 	.prepare = tsm_relation_prepare,
 	.guard = NULL,
 	.switch_lock = tsm_relation_switch_lock,
@@ -116,6 +117,7 @@ static const TsmFrontEnd relation_move = {
 };
 
 static const TsmFrontEnd tablespace_relocation = {
+	.settle = tsm_relocation_settle,
 	.prepare = tsm_relocation_prepare,
 	.guard = tsm_relocation_guard,
 	.switch_lock = tsm_relocation_switch_lock,
@@ -393,7 +395,9 @@ catch_up_and_switch(TsmJob *job)
 
 /*
  * Run a claimed job to its end.  Throws on error; abort_job() cleans up.
- * The mirror starts before prepare lists the files: a change made after
+ * settle runs before the mirror starts, so that what it waits for is not
+ * in the WAL the mirror reads.  The mirror starts before prepare lists the
+ * files: a change made after
  * the listing is then always in the WAL it reads.  Only a relation moved
  * under AccessExclusiveLock needs none: nothing can change it.
  */
@@ -406,6 +410,8 @@ run_job(TsmJob *job)
 						  job->row.mode == TSM_MODE_EXCLUSIVE);
 	job->resumable = job->needs_mirror && job->row.kind == TSM_KIND_MOVE;
 	tsm_resume_slot_name(slot_name, MyDatabaseId, job->row.job_id);
+	if (job->front->settle)
+		job->front->settle(job);
 	if (job->needs_mirror && !job->row.resuming)
 		tsm_mirror_start(&job->mirror, job->cxt, slot_name, job->resumable,
 						 InvalidXLogRecPtr);
