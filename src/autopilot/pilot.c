@@ -292,6 +292,27 @@ step_value(int col, bool *isnull)
 }
 
 /*
+ * What a step worker runs with, whatever ALTER DATABASE ... SET says: its
+ * own identity (role none: the bootstrap superuser it connected as), a
+ * transaction that may write, errors that stay errors, and the formats its
+ * SQL reads back.  search_path, lock_timeout and statement_timeout are set
+ * for its transaction below.
+ */
+static const char *const step_settings[][2] = {
+	{"role", "none"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_deferrable", "off"},
+	{"exit_on_error", "off"},
+	{"row_security", "on"},
+	{"DateStyle", "ISO, MDY"},
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "1"},
+	{"check_function_bodies", "on"},
+	{"session_replication_role", "origin"},
+};
+
+/*
  * tsm_autopilot_step_main
  *		A step worker: in database main_arg, run tsmove.autopilot_step() with
  *		the pilot's order (bgw_extra) in one transaction, then answer.
@@ -312,9 +333,13 @@ tsm_autopilot_step_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, BGWORKER_BYPASS_ALLOWCONN);
 	pgstat_report_appname("pg_tsmove autopilot");
-	/* a database's owner must not make the step fail (ALTER DATABASE ... SET) */
-	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * A database's owner must not make the step fail or run as someone else
+	 * (ALTER DATABASE ... SET, applied at connection): the settings the
+	 * step depends on are put back, above any such source.
+	 */
+	for (int i = 0; i < lengthof(step_settings); i++)
+		SetConfigOption(step_settings[i][0], step_settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
