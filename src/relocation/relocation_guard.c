@@ -309,9 +309,9 @@ tsm_guard_holders(char *buf, Size len)
 }
 
 /*
- * From a relocation's prepare, after its worker published the job (claimed
- * it) and before it lists any file: wait until every transaction that held
- * the guard at that moment has ended.  A statement that took the guard
+ * From a relocation's settle, after its worker published the job (claimed
+ * it), before the mirror starts and any file is listed: wait until every
+ * transaction that held the guard at that moment has ended.  A statement that took the guard
  * before the job was published did not see it, and may be one that is
  * refused during a relocation (CREATE DATABASE copying a template's files
  * into the tablespace); ending with its transaction, its files are then
