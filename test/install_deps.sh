@@ -3,7 +3,8 @@
 # which then call install_deps.  Debian packages: the PostgreSQL 15 server,
 # contrib (amcheck), server headers, a compiler, pg_repack (for the benchmark
 # and the evaluation), e2fsprogs (mkfs.ext4 for the evaluation's emulated
-# disks); Python packages from test/requirements.txt.
+# disks); Python packages from test/requirements.txt.  Also the one
+# function the test scripts share: pg_regress_counts.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PYTHON=${PYTHON:-python3}
@@ -59,4 +60,14 @@ install_packaging_deps() {
     [ ${#wanted[@]} -eq 0 ] && return 0
     echo "install_deps: installing ${wanted[*]}"
     apt-get update -q >/dev/null && apt_install "${wanted[@]}" >/dev/null
+}
+
+# pg_regress_counts FILE: "TOTAL FAILED" over the output of one or more
+# pg_regress runs (each ends with "All N tests passed." or "M of N tests
+# failed."; the Makefile runs pg_regress more than once).
+pg_regress_counts() {
+    grep -oE '(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests failed)' "$1" | awk '
+        /^All/ { total += $2 }
+        / of / { failed += $1; total += $3 }
+        END    { print total + 0, failed + 0 }'
 }

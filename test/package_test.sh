@@ -206,12 +206,7 @@ if [ $regress_rc -ne 0 ]; then
         [ -f "$diffs" ] && { echo "===== $diffs"; cat "$diffs"; }
     done
 fi
-# each pg_regress run ends with "All N tests passed." or "M of N tests failed."
-read -r total regress_failed < <(grep -oE '(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests failed)' \
-    "$WORK/installcheck.out" | awk '
-        /^All/ { total += $2 }
-        / of / { failed += $1; total += $3 }
-        END    { print total + 0, failed + 0 }')
+read -r total regress_failed < <(pg_regress_counts "$WORK/installcheck.out")
 passed=$((passed + total - regress_failed))
 failed=$((failed + regress_failed))
 echo "package_test: pg_regress: $((total - regress_failed)) passed, $regress_failed failed"

@@ -72,13 +72,7 @@ run_pg_regress() {
             [ -f "$diffs" ] && { echo "===== $diffs"; cat "$diffs"; }
         done
     fi
-    # Each pg_regress run ends with "All N tests passed." or "M of N tests
-    # failed."; the Makefile may run pg_regress more than once, so add them up.
-    read -r total failed < <(grep -oE '(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests failed)' \
-        "$REGRESS_DIR/installcheck.out" | awk '
-            /^All/ { total += $2 }
-            / of / { failed += $1; total += $3 }
-            END    { print total + 0, failed + 0 }')
+    read -r total failed < <(pg_regress_counts "$REGRESS_DIR/installcheck.out")
     if [ "$total" -eq 0 ]; then
         regress_summary="pg_regress: 0 passed, 0 failed (no test ran; make exited with $regress_rc)"
         [ $regress_rc -eq 0 ] && regress_rc=1
