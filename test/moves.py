@@ -159,20 +159,23 @@ def move_again_succeeds(cluster, expected_hash):
 
 class LongReader(threading.Thread):
     """A query that reads `rel` and sleeps: it holds AccessShareLock on rel
-    while it runs.  Records how it ended (its SQLSTATE, None if it
-    finished) and how long it ran."""
+    while it runs (RowShareLock with for_share, which a relocation's switch
+    waits for, as it waits for writers).  Records how it ended (its
+    SQLSTATE, None if it finished) and how long it ran."""
 
-    def __init__(self, cluster, rel, seconds, user=None, dbname="postgres"):
+    def __init__(self, cluster, rel, seconds, user=None, dbname="postgres", for_share=False):
         super().__init__(daemon=True)
         self.conn = cluster.conn(dbname, user=user) if user else cluster.conn(dbname)
         self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         self.rel, self.seconds = rel, seconds
+        self.suffix = " FOR SHARE" if for_share else ""
         self.sqlstate, self.ran_s = "not run", None
 
     def run(self):
         t0 = time.monotonic()
         try:
-            self.conn.execute("SELECT pg_sleep(%s) FROM %s LIMIT 1" % (self.seconds, self.rel))
+            self.conn.execute("SELECT pg_sleep(%s) FROM %s LIMIT 1%s"
+                              % (self.seconds, self.rel, self.suffix))
             self.sqlstate = None
         except psycopg.Error as error:
             self.sqlstate = error.sqlstate
@@ -180,8 +183,8 @@ class LongReader(threading.Thread):
         self.conn.close()
 
 
-def start_long_reader(cluster, rel, seconds, user=None, dbname="postgres"):
-    reader = LongReader(cluster, rel, seconds, user, dbname)
+def start_long_reader(cluster, rel, seconds, user=None, dbname="postgres", for_share=False):
+    reader = LongReader(cluster, rel, seconds, user, dbname, for_share)
     reader.start()
     wait_for(lambda: cluster.sql_scalar(
         "SELECT count(*) FROM pg_locks WHERE pid = %s AND relation = %s::regclass",

@@ -127,7 +127,7 @@ def check_everything(primary, standby, shadow):
 # ---- relocations ------------------------------------------------------------
 
 RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new"),
-                     ("shrinking", "new")]
+                     ("reconciling", "new"), ("shrinking", "new")]
 
 
 @pytest.mark.pg_conf("checkpoint_timeout = 30min", "wal_keep_size = 1GB")
@@ -135,7 +135,7 @@ RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new"
 def test_relocation_crash_under_load(primary, standby, phase, survivor):
     """kill -9 of the postmaster while a relocation of the TPC-B tablespace
     copies under load, holds its switch's locks, has just renamed the link,
-    or shrinks the old files: after restart one location holds the files, the data passes every
+    is about to reconcile the pages readers changed, or shrinks the old files: after restart one location holds the files, the data passes every
     check on both servers, and a second relocation succeeds."""
     shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
     old = location_of(primary, "ts_a")

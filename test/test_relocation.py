@@ -502,17 +502,20 @@ def test_ddl_during_relocation(primary):
 
 
 def test_relocation_cancels_blocking_queries_when_asked(primary):
-    """A query in another database that outlasts every switch attempt
-    starves a relocation by default; with
-    pg_tsmove.switch_cancel_blockers_after set it is cancelled (across
-    databases) and the relocation switches."""
+    """A query that locks rows (SELECT ... FOR SHARE, as a writer locks the
+    relation) in another database and outlasts every switch attempt starves
+    a relocation by default; with pg_tsmove.switch_cancel_blockers_after set
+    it is cancelled (across databases) and the relocation switches.  A plain
+    reader of the same table, meanwhile, is neither waited for nor
+    cancelled."""
     expected = make_relocatable_table(primary)
     primary.sql("CREATE DATABASE %s" % SECOND_DB)
     primary.sql("CREATE TABLE held (id int) TABLESPACE ts_a;"
                 "INSERT INTO held SELECT generate_series(1, 1000)", dbname=SECOND_DB)
     old_dir = location_of(primary, "ts_a")
     new_dir = new_location(primary, "relocated")
-    reader = start_long_reader(primary, "held", 120, dbname=SECOND_DB)
+    reader = start_long_reader(primary, "held", 120, dbname=SECOND_DB, for_share=True)
+    plain = start_long_reader(primary, "held", 30, dbname=SECOND_DB)
     job = relocate(primary, "ts_a", new_dir)
     wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 3, 60,
              what="three switch attempts")
@@ -524,6 +527,10 @@ def test_relocation_cancels_blocking_queries_when_asked(primary):
     reader.join(10)
     assert reader.sqlstate == "57014", reader.sqlstate
     assert "cancelling the query of PID %d" % reader.pid in primary.log_contents()
+    assert plain.is_alive(), "the relocation waited for a plain reader"
+    plain.join(40)
+    assert plain.sqlstate is None, plain.sqlstate
+    assert "cancelling the query of PID %d" % plain.pid not in primary.log_contents()
     assert primary.row_hash("victim", "id") == expected
     assert primary.sql_scalar("SELECT count(*) FROM held", dbname=SECOND_DB) == 1000
     assert_relocated(primary, "ts_a", old_dir, new_dir, job)

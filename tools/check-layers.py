@@ -17,8 +17,8 @@ interface headers state (pg_tsmove.h has the map):
     monitor/      -> autopilot/ (the sampler starts the pilot)
     autopilot/    -> nothing outside itself
 
-and, inside that: only workers/worker.c calls the copy and the mirror
-(engine/copy.c, engine/mirror.c); no cycle between files; a folder's
+and, inside that: only workers/worker.c calls the copy, the mirror and
+the reconciliation (engine/copy.c, engine/mirror.c, engine/reconcile.c); no cycle between files; a folder's
 *_internal.h is included only by its own files; a file includes headers of
 its own folder and of the folders it may call, and pg_tsmove.h, compat.h.
 Prints every breach and exits 1 if there is one.
@@ -43,7 +43,7 @@ MAY_CALL = {
     'autopilot': set(),
     'compat': set(),          # compat.h, included everywhere
 }
-ONLY_THE_WORKER = {'engine/copy', 'engine/mirror'}
+ONLY_THE_WORKER = {'engine/copy', 'engine/mirror', 'engine/reconcile'}
 EVERYWHERE = {'pg_tsmove.h', 'compat.h'}
 
 

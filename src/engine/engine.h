@@ -19,6 +19,7 @@
  * settings.c, and fileset.c calls nothing (jobs/jobs.h has the map).
  *
  * The folder engine/ also holds what both front ends use beside the copy:
+ * reconcile.c (the pages readers changed in a switch's window: frontend.h),
  * resume.c (resume points, resume.h), relation_storage.c (dropping a
  * relation move's files, relation_storage.h), switch_blockers.c (who blocks
  * a switch, and cancelling them, switch_blockers.h), durable_file.c (a
@@ -133,6 +134,14 @@ typedef struct TsmFileSetOps
 	void		(*sync) (TsmFileSet *fs, TsmFile *f);
 	void		(*remove) (TsmFileSet *fs, TsmFile *f);
 
+	/*
+	 * NULL, or (a switch that lets readers on, frontend.h): a block as the
+	 * old file (old) or its copy has it, read from the file; false if the
+	 * file has no such block.
+	 */
+	bool		(*read_file) (TsmFileSet *fs, TsmFile *f, BlockNumber blkno,
+							  bool old, char *page);
+
 	/* for a set that follows a tablespace (below) */
 	void		(*new_file) (TsmFileSet *fs, TsmRelFileNode node, ForkNumber fork);
 	void		(*foreign_change) (TsmFileSet *fs, const char *what);
@@ -202,6 +211,10 @@ extern int64 tsm_copy_file(TsmFileSet *fs, TsmFile *f, int64 max_blocks,
 						   bool include_dirty, bool throttled);
 extern void tsm_copy_file_whole(TsmFileSet *fs, TsmFile *f);
 extern void tsm_fileset_sync(TsmFileSet *fs);
+
+/* reconcile.c */
+extern void tsm_fileset_flush_buffers(TsmFileSet *fs);
+extern int64 tsm_reconcile_file(TsmFileSet *fs, TsmFile *f);
 
 /* mirror.c */
 extern void tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt,

@@ -28,7 +28,11 @@
  *	switch_commit	make the new files the ones in use; from its point of
  *					no return on, job->switch_committed is true; false, with
  *					a note and the locks released, if a last look before
- *					that point found it must wait
+ *					that point found it must wait; true with the locks
+ *					released, or, with switch_end, still held
+ *	switch_end		NULL, or: after switch_commit, with the locks still held
+ *					and the pages changed in the window reconciled (below):
+ *					end the switch and release the locks
  *	finish			after the switch: warm the cache, remove the old files
  *					(or shrink them, for drop_old to remove)
  *	drop_old		NULL, or: in the transaction that records the job as
@@ -41,6 +45,21 @@
  * Between switch_check and switch_commit the worker flushes the WAL, reads
  * it to the end, copies every dirty and pending block and the files copied
  * under the locks, and fsyncs the destination.
+ *
+ * switch_lockmode is the mode of the switch's relation locks.
+ * AccessExclusiveLock (a relation move) freezes the relations.
+ * ExclusiveLock (a relocation) stops every writer but lets readers on,
+ * and readers still change pages: on-access pruning and, with checksums,
+ * hint bits are WAL-logged.  A page so changed after its last copy and
+ * written through a descriptor of the old file is missing from the new
+ * one.  So, with such a switch, the worker also writes every dirty buffer
+ * of the set to the old files before switch_commit (a process that still
+ * reads an old file then reads what the new one has), and, after it,
+ * with the locks still held and every old descriptor closed, reads the WAL
+ * of the window and reconciles each page it changed: the newest by page
+ * LSN of the buffer, the old file and the new file is installed in the
+ * buffer and WAL-logged whole (copy.c, tsm_reconcile_file), so that crash
+ * recovery and standbys converge on it; then it calls switch_end.
  *
  * The worker gathers each front end's functions into its TsmFrontEnd
  * (workers/worker.c) and is the only one that calls them, as it is the
@@ -77,9 +96,11 @@ typedef struct TsmFrontEnd
 	bool		(*switch_check) (TsmJob *job);
 	void		(*switch_release) (TsmJob *job);
 	bool		(*switch_commit) (TsmJob *job);
+	void		(*switch_end) (TsmJob *job);
 	void		(*finish) (TsmJob *job);
 	void		(*drop_old) (TsmJob *job);
 	void		(*cleanup) (TsmJob *job);
+	LOCKMODE	switch_lockmode;	/* AccessExclusiveLock or ExclusiveLock */
 } TsmFrontEnd;
 
 struct TsmJob

@@ -3,7 +3,8 @@
  * switch_blockers.c
  *	  The sessions whose locks block a switch, and cancelling them.
  *
- * A switch needs AccessExclusiveLock on every relation it changes, and
+ * A switch needs a lock on every relation it changes (AccessExclusiveLock
+ * for a relation move, ExclusiveLock for a relocation: frontend.h), and
  * waits at most pg_tsmove.switch_lock_timeout per attempt (a queued
  * exclusive request blocks every later query of the relation).  Two kinds
  * of holder are cancelled instead of waited for:
@@ -61,18 +62,18 @@ typedef struct TsmBlocker
 } TsmBlocker;
 
 /*
- * The sessions holding a lock on one of the tags that conflicts with
- * AccessExclusiveLock, each once.  A prepared transaction (no process) and
+ * The sessions holding a lock on one of the tags that conflicts with the
+ * switch's, each once.  A prepared transaction (no process) and
  * a holder that has moved on to another transaction are left out.
  */
 static List *
-find_blockers(const LOCKTAG *tags, int ntags)
+find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
 	List	   *blockers = NIL;
 
 	for (int i = 0; i < ntags; i++)
 	{
-		VirtualTransactionId *conflicts = GetLockConflicts(&tags[i], AccessExclusiveLock, NULL);
+		VirtualTransactionId *conflicts = GetLockConflicts(&tags[i], block->lockmode, NULL);
 
 		for (VirtualTransactionId *holders = conflicts;
 			 VirtualTransactionIdIsValid(*holders); holders++)
@@ -111,12 +112,13 @@ find_blockers(const LOCKTAG *tags, int ntags)
 /* A job's switch, not blocked yet. */
 void
 tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id, const char *what,
-					  Oid submitted_by)
+					  Oid submitted_by, LOCKMODE lockmode)
 {
 	memset(block, 0, sizeof(*block));
 	block->job_id = job_id;
 	block->what = what;
 	block->submitted_by = submitted_by;
+	block->lockmode = lockmode;
 }
 
 /* Whether the switch has been blocked long enough to cancel its blockers. */
@@ -147,7 +149,7 @@ blocked_last_attempt(const TsmSwitchBlock *block, VirtualTransactionId vxid)
 void
 tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
-	List	   *blockers = find_blockers(tags, ntags);
+	List	   *blockers = find_blockers(block, tags, ntags);
 	ListCell   *lc;
 
 	if (block->blocked_since == 0)
@@ -175,8 +177,9 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 /*
  * Whether a client transaction that blocked the last failed attempt still
  * holds a conflicting lock: another attempt now would time out the same
- * way.  The caller then skips it, because every AccessExclusiveLock on a
- * relation is WAL-logged, and a hot standby replays it by taking the same
+ * way.  The caller then skips it: a request queued meanwhile holds up
+ * the sessions behind it for nothing, and every AccessExclusiveLock on a
+ * relation (a relation move's) is WAL-logged, and a hot standby replays it by taking the same
  * lock, which waits for the standby's own queries of the relation and
  * cancels them after max_standby_streaming_delay.  Needs a transaction.
  */
@@ -189,7 +192,7 @@ tsm_last_blockers_remain(const TsmSwitchBlock *block, const LOCKTAG *tags, int n
 
 	if (block->nblockers == 0)
 		return false;
-	blockers = find_blockers(tags, ntags);
+	blockers = find_blockers(block, tags, ntags);
 	foreach(lc, blockers)
 		remain |= blocked_last_attempt(block, ((TsmBlocker *) lfirst(lc))->vxid);
 	list_free_deep(blockers);
@@ -223,7 +226,7 @@ tsm_cancel_blocking_queries(TsmSwitchBlock *block, const LOCKTAG *tags, int ntag
 
 	if (!cancelling_is_due(block))
 		return 0;
-	blockers = find_blockers(tags, ntags);
+	blockers = find_blockers(block, tags, ntags);
 	initStringInfo(&refused);
 	foreach(lc, blockers)
 	{

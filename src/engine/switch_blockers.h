@@ -29,6 +29,7 @@ typedef struct TsmSwitchBlock
 	int64		job_id;
 	const char *what;			/* the relation's or tablespace's name */
 	Oid			submitted_by;	/* cancels only what this role may */
+	LOCKMODE	lockmode;		/* the switch's: who conflicts with it blocks */
 	TimestampTz blocked_since;	/* first failed attempt, or 0 */
 	bool		refusal_logged; /* "may not signal" was logged */
 	/* the client transactions that blocked the last failed attempt */
@@ -37,7 +38,8 @@ typedef struct TsmSwitchBlock
 } TsmSwitchBlock;
 
 extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
-								  const char *what, Oid submitted_by);
+								  const char *what, Oid submitted_by,
+								  LOCKMODE lockmode);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
 extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,

@@ -46,6 +46,7 @@ extern bool tsm_relocation_switch_lock(TsmJob *job);
 extern bool tsm_relocation_switch_check(TsmJob *job);
 extern void tsm_relocation_switch_release(TsmJob *job);
 extern bool tsm_relocation_switch_commit(TsmJob *job);
+extern void tsm_relocation_switch_end(TsmJob *job);
 
 /* relocation_finish.c: its end */
 extern void tsm_relocation_finish(TsmJob *job);

@@ -11,7 +11,7 @@
  * process that does not absorb barriers for a while (a backend blocked
  * writing to a client that stopped reading, the archiver inside
  * archive_command, a backend waiting inside dblink) would hold the switch
- * there, and every query of the tablespace behind it.  So before an attempt
+ * there, and every writer of the tablespace behind it.  So before an attempt
  * takes any lock, the worker emits the same barrier and waits for it at
  * most TSM_BARRIER_PROBE_MS, interruptibly (pg_cancel_backend(), shutdown;
  * tsmove.cancel() at the end of the wait).  If a process lags, the attempt

@@ -9,16 +9,19 @@
  * The switch, in this order, which is what keeps a change from being lost
  * (until every process has closed its old file descriptors, a page
  * changed after its last copy could be written through one and evicted):
- *	1. AccessExclusiveLock on every relation stored in the tablespace, in
- *	   every database, each within pg_tsmove.switch_lock_timeout, then the
+ *	1. ExclusiveLock on every relation stored in the tablespace, in every
+ *	   database, each within pg_tsmove.switch_lock_timeout: every writer
+ *	   waits, readers go on (and standbys see no lock); then the
  *	   creation guard without waiting (relocation_guard.c: from here to the
  *	   end of the switch's transaction no statement that can create storage
  *	   runs), all or none (switch_lock); a relation created before by a
  *	   transaction that has not committed, or a temporary file of a
  *	   session, postpones the switch (switch_check);
  *	2. the worker reads the WAL to its end, copies what is dirty and the
- *	   files copied under the locks, and fsyncs every file (worker.c); now
- *	   every buffer equals its page in the new files, up to hint bits;
+ *	   files copied under the locks, fsyncs every file, and writes every
+ *	   dirty buffer of the tablespace to the old files (worker.c); now
+ *	   every buffer equals its page in the old and the new files, up to
+ *	   what readers change (pruning, hint bits);
  *	3. fsync the new directories; create there the old location's empty
  *	   files (segments a truncation left, which the checkpointer will
  *	   fsync through the link); under TablespaceCreateLock (which DROP
@@ -30,6 +33,9 @@
  *	   the bgwriter included, closes its old descriptors (and the worker's
  *	   own, absorbed by hand since interrupts are held from 3 to 4, so that
  *	   no error can release the locks before the barrier);
+ *	4b. the worker reads the WAL of the window and reconciles each page
+ *	   readers changed in it, logging it whole (worker.c, reconcile.c);
+ *	   switch_commit has ended at 4, switch_end does 5;
  *	5. files created in the old location after the check are copied (the
  *	   guard leaves none to utility statements; this is for storage made
  *	   by code that bypasses ProcessUtility); copies of dropped files whose pending unlink
@@ -47,9 +53,10 @@
  * Calls relocation_files.c and the relocation's helpers; the worker calls
  * it, and so does relocation_finish.c (the barrier, in cleanup).
  *
- * Locks: the guard and the AccessExclusiveLocks above, in a transaction of
- * the worker, taken through tsm_ctl_lock_all_or_none() (job_control.c) and
- * released at its commit; TablespaceCreateLock from the last look to the rename.
+ * Locks: the ExclusiveLocks above and the guard (AccessExclusiveLock), in
+ * a transaction of the worker, taken through tsm_ctl_lock_all_or_none()
+ * (job_control.c) and released at its commit (switch_end);
+ * TablespaceCreateLock from the last look to the rename.
  *
  *-------------------------------------------------------------------------
  */
@@ -155,7 +162,7 @@ lock_relation_then_guard(void *arg, int i)
 
 	if (i < st->nlocked)
 	{
-		(void) LockAcquire(&st->locked[i], AccessExclusiveLock, false, false);
+		(void) LockAcquire(&st->locked[i], ExclusiveLock, false, false);
 		return;
 	}
 	tsm_guard_locktag(&guard);
@@ -213,7 +220,7 @@ note_barrier_laggard(TsmJob *job, int laggard)
 
 /*
  * switch_lock: look up every relation once more, then take
- * AccessExclusiveLock on each, those contended before first, then in
+ * ExclusiveLock on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
  * none.  As for a relation move, autovacuum that blocks it is cancelled,
  * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
@@ -587,9 +594,10 @@ create_inactive_segments(TsmJob *job)
 
 /*
  * switch_commit: with the locks held and the copy complete and synced,
- * repoint the link, make every process let go of the old files, copy
- * what raced the rename, and release the locks.  False, with the locks
- * released, if a backup or a temporary file appeared since switch_check.
+ * repoint the link and make every process let go of the old files; the
+ * locks stay for the worker's reconciliation and switch_end.  False, with
+ * the locks released, if a backup or a temporary file appeared since
+ * switch_check.
  */
 bool
 tsm_relocation_switch_commit(TsmJob *job)
@@ -681,8 +689,19 @@ tsm_relocation_switch_commit(TsmJob *job)
 	LWLockRelease(TablespaceCreateLock);
 	tsm_reloc_release_old_descriptors(st);
 	RESUME_INTERRUPTS();
-
 	tsm_ctl_debug_pause(&job->ctl, "warming");
+	return true;
+}
+
+/*
+ * switch_end: after the barrier and the window's reconciliation (worker.c),
+ * with the locks still held: copy what raced the rename, and release them.
+ */
+void
+tsm_relocation_switch_end(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+
 	st->short_copies = tsm_copy_stragglers(st->old_dir, st->new_dir);
 	remove_unlinked_tombstones(job);
 	st->stragglers_done = true;
@@ -693,5 +712,4 @@ tsm_relocation_switch_commit(TsmJob *job)
 	CommitTransactionCommand();
 	job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
-	return true;
 }

@@ -111,9 +111,11 @@ static const TsmFrontEnd relation_move = {
 	.switch_check = tsm_relation_switch_check,
 	.switch_release = tsm_relation_switch_release,
 	.switch_commit = tsm_relation_switch_commit,
+	.switch_end = NULL,
 	.finish = tsm_relation_finish,
 	.drop_old = tsm_relation_drop_old,
 	.cleanup = tsm_relation_cleanup,
+	.switch_lockmode = AccessExclusiveLock,
 };
 
 static const TsmFrontEnd tablespace_relocation = {
@@ -124,9 +126,11 @@ static const TsmFrontEnd tablespace_relocation = {
 	.switch_check = tsm_relocation_switch_check,
 	.switch_release = tsm_relocation_switch_release,
 	.switch_commit = tsm_relocation_switch_commit,
+	.switch_end = tsm_relocation_switch_end,
 	.finish = tsm_relocation_finish,
 	.drop_old = NULL,
 	.cleanup = tsm_relocation_cleanup,
+	.switch_lockmode = ExclusiveLock,
 };
 
 /* The file the next copy batch starts with (files are visited in turn). */
@@ -284,6 +288,28 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 }
 
 /*
+ * After a switch that let readers on (frontend.h): every old descriptor is
+ * closed and writers still wait.  Read the WAL of the window, from the
+ * drain before the last copy to now, and reconcile every page it changed.
+ */
+static void
+reconcile_window(TsmJob *job)
+{
+	TsmFileSet *fs = &job->files;
+	int64		reconciled = 0;
+
+	tsm_flush_all_wal();
+	tsm_mirror_drain(&job->mirror, fs);
+	tsm_ctl_debug_pause(&job->ctl, "reconciling");
+	for (int i = 0; i < fs->nfiles; i++)
+		reconciled += tsm_reconcile_file(fs, fs->order[i]);
+	if (reconciled > 0)
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld reconciled %lld pages that readers changed during its switch",
+						(long long) job->row.job_id, (long long) reconciled)));
+}
+
+/*
  * One switch attempt.  Returns true if the switch committed, false if the
  * front end could not take its locks in time or found it must wait.
  */
@@ -333,7 +359,16 @@ try_switch(TsmJob *job)
 		if (fs->order[i]->when == TSM_COPY_LOCKED)
 			tsm_copy_file_whole(fs, fs->order[i]);
 	tsm_fileset_sync(fs);
-	return job->front->switch_commit(job);
+	if (job->front->switch_lockmode != AccessExclusiveLock)
+		tsm_fileset_flush_buffers(fs);	/* readers of old files see the copy */
+	if (!job->front->switch_commit(job))
+		return false;
+	if (job->front->switch_end)
+	{
+		reconcile_window(job);
+		job->front->switch_end(job);
+	}
+	return true;
 }
 
 /*
@@ -363,9 +398,14 @@ catch_up_and_switch(TsmJob *job)
 		{
 			/* The switch copies the backlog at full speed: pay for it first. */
 			tsm_ctl_throttle(ctl, backlog * 2 * BLCKSZ);
-			/* and what was copied since the last sync is synced unlocked */
+			/*
+			 * and what was copied since the last sync is synced unlocked;
+			 * so are the buffers the switch writes to the old files
+			 */
 			tsm_job_start_transaction();
 			tsm_fileset_sync(&job->files);
+			if (job->front->switch_lockmode != AccessExclusiveLock)
+				tsm_fileset_flush_buffers(&job->files);
 			CommitTransactionCommand();
 			if (try_switch(job))
 				return;
@@ -609,7 +649,7 @@ run_next_job(void)
 		job->ctl.others_wait = (job->row.kind == TSM_KIND_MOVE &&
 								job->row.mode != TSM_MODE_ONLINE);
 		tsm_switch_block_init(&job->block, job->row.job_id, job->row.relname,
-							  job->row.submitted_by);
+							  job->row.submitted_by, job->front->switch_lockmode);
 		if (job->row.resuming)
 			tsm_ctl_continue_counters(&job->ctl, &job->row.earlier);
 		next_file = 0;

@@ -9,10 +9,10 @@ streams around it.
     relocate        tsmove.relocate_tablespace('tsb', <HDB>/tsb): the
                     container move itself (the essay's goal, section 4's
                     unbuilt dual-write method); tablespace TSB keeps its name
-                    and OID, its directory moves.  Run with
-                    switch_lock_timeout = 30s, as tsmove_online_wait: its
-                    switch locks every relation of TSB, which the SELECTs
-                    hold for seconds.
+                    and OID, its directory moves.  With the extension's
+                    defaults: its switch's ExclusiveLocks wait for the
+                    updates only, never for the SELECTs that hold TSB's
+                    relations for seconds.
     tsmove_online   tsmove.move('b', 'tsb2', with_indexes => true): B and its
                     primary key into tablespace TSB2 on HDB, online, with the
                     extension's defaults.
@@ -368,10 +368,9 @@ PATIENT_SWITCH = "pg_tsmove.switch_lock_timeout = '30s'"
 CANCEL_BLOCKERS = "pg_tsmove.switch_cancel_blockers_after = '5s'"
 
 METHODS = [
-    Method("relocate", "tsmove.relocate_tablespace(tsb), switch_lock_timeout 30s",
+    Method("relocate", "tsmove.relocate_tablespace(tsb)",
            "the container move the essay set out to build (section 4, "
-           "dual-write)", run_relocate, relocate_available, moves_tablespace=True,
-           server_conf=(PATIENT_SWITCH,)),
+           "dual-write)", run_relocate, relocate_available, moves_tablespace=True),
     Method("tsmove_online", "tsmove.move(b), online",
            "per-relation dual-write move", tsmove_move("online")),
     Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",

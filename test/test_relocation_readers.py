@@ -1,0 +1,157 @@
+"""The relocation's switch lets readers on (ExclusiveLock, never logged for
+standbys): a query that reads the tablespace neither waits for the switch
+nor holds it up, on the primary or on a standby, while every writer waits.
+
+Readers still change pages in the switch's window (on-access pruning, with
+WAL): a page so changed and written through a descriptor of the old file
+must not be lost when the link moves.  The worker reconciles every page the
+WAL changed in the window and logs it whole (src/engine/reconcile.c); the
+test forces that eviction with pg_buffercache_evict() (17 and later) and
+checks the page, the standby's copy of it, and the data after later writes.
+"""
+
+import struct
+
+import psycopg
+import pytest
+
+from moves import start_long_reader, wait_for, wait_job
+from test_relocation import (end_pause, location_of, new_location, relocate,
+                             relocate_paused_at, set_pause)
+
+
+def server_version(cluster):
+    return int(cluster.sql_scalar("SHOW server_version_num"))
+
+
+def assert_same_data(primary, standby, table):
+    """Equal row hashes on both, one live row per key, amcheck clean."""
+    primary.wait_for_replay(standby)
+    for cluster in (primary, standby):
+        assert cluster.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM %s" % table)
+        assert cluster.amcheck() == []
+    assert primary.row_hash(table, "id") == standby.row_hash(table, "id")
+
+
+@pytest.mark.matrix
+def test_readers_go_on_through_the_switch(primary):
+    """A long query on the primary and one on a standby, both on the
+    tablespace, run through a relocation with the default settings: the
+    relocation does not wait for them, neither is cancelled.  While the
+    switch holds its locks a read answers at once and a write waits."""
+    primary.sql("CREATE TABLE hot (id int PRIMARY KEY, v int) TABLESPACE ts_a;"
+                "INSERT INTO hot SELECT g, 0 FROM generate_series(1, 50000) g")
+    standby = primary.make_standby("standby")
+    primary.wait_for_replay(standby)
+    reader = start_long_reader(primary, "hot", 40)
+    standby_reader = start_long_reader(standby, "hot", 40)
+    new_dir = new_location(primary, "relocated")
+
+    job = relocate_paused_at(primary, "renaming", new_dir)
+    with primary.conn() as conn:
+        conn.execute("SET statement_timeout = '5s'")
+        assert conn.execute("SELECT count(*) FROM hot").fetchone()[0] == 50000
+        conn.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("UPDATE hot SET v = v + 1 WHERE id = 1")
+        assert refused.value.sqlstate == "55P03"        # lock_not_available
+    end_pause(primary)
+    assert wait_job(primary, job, 60) == "done"
+    assert reader.is_alive() and standby_reader.is_alive(), \
+        "the relocation ended only after its readers"
+    assert location_of(primary, "ts_a") == new_dir
+    primary.sql("UPDATE hot SET v = v + 1 WHERE id % 7 = 0")
+    reader.join(60)
+    standby_reader.join(60)
+    assert reader.sqlstate is None, reader.sqlstate
+    assert standby_reader.sqlstate is None, standby_reader.sqlstate   # no conflict
+    assert "conflict with recovery" not in standby.log_contents()
+    assert_same_data(primary, standby, "hot")
+
+
+def page_lsn_in_file(path):
+    """The LSN in the header of block 0 of a relation file."""
+    with open(path, "rb") as f:
+        xlogid, xrecoff = struct.unpack("<II", f.read(8))
+    return (xlogid << 32) | xrecoff
+
+
+def lsn_of(cluster, lsn_text):
+    return int(cluster.sql_scalar("SELECT %s::pg_lsn - '0/0'::pg_lsn", (lsn_text,)))
+
+
+def page_items(cluster, rel, block=0):
+    return cluster.sql("SELECT lp, lp_flags, lp_off, lp_len FROM "
+                       "heap_page_items(get_raw_page(%s, %s)) ORDER BY lp", (rel, block))
+
+
+@pytest.mark.matrix
+def test_page_pruned_and_evicted_in_the_window_is_reconciled(primary):
+    """Dead row versions on block 0, kept by an open snapshot until the
+    switch holds its locks; then a reader prunes the page (WAL) and
+    pg_buffercache_evict() writes it through the old file, before the
+    rename: the new file lacks the pruning.  After the switch the page is
+    the pruned one, on the primary and on the standby, and writes that use
+    the space it freed leave both equal."""
+    if server_version(primary) < 170000:
+        pytest.skip("pg_buffercache_evict() arrived in 17")
+    primary.sql("CREATE EXTENSION pageinspect; CREATE EXTENSION pg_buffercache")
+    primary.sql("CREATE TABLE churn (id int PRIMARY KEY, v int, pad text) "
+                "WITH (fillfactor = 100, autovacuum_enabled = off) TABLESPACE ts_a;"
+                "INSERT INTO churn SELECT g, 0, repeat('x', 60) FROM generate_series(1, 3000) g")
+    standby = primary.make_standby("standby")
+    # after the last checkpoint: the standby's next change of block 0 would
+    # carry no full-page image to cover a page that lost the pruning
+    primary.sql("CHECKPOINT")
+    holder = primary.conn(autocommit=False)
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM pg_class")      # a snapshot that keeps them
+    for _ in range(3):
+        primary.sql("UPDATE churn SET v = v + 1 WHERE id <= 40")
+    normal_before = sum(1 for item in page_items(primary, "churn") if item[1] == 1)
+    new_dir = new_location(primary, "relocated")
+    # pg_tblspc/<oid>/PG_.../<db>/<relfilenode>, under either directory
+    in_tablespace = primary.sql_scalar("SELECT pg_relation_filepath('churn')").split("/", 2)[2]
+    old_file = "%s/%s" % (location_of(primary, "ts_a"), in_tablespace)
+    new_file = "%s/%s" % (new_dir, in_tablespace)
+
+    set_pause(primary, "renaming")
+    job = relocate(primary, "ts_a", new_dir, checkpoint=False)
+    wait_for(lambda: "job %d pauses at renaming" % job in primary.log_contents(), 60,
+             what="the pause at renaming")
+    holder.execute("COMMIT")
+    holder.close()
+    with primary.conn() as reader:
+        reader.execute("SET statement_timeout = '5s'")
+        assert reader.execute("SELECT count(*) FROM churn").fetchone()[0] == 3000
+        pruned = page_items(primary, "churn")
+        assert sum(1 for item in pruned if item[1] == 1) < normal_before, \
+            "the reader did not prune block 0"
+        pruned_lsn = lsn_of(primary, primary.sql_scalar(
+            "SELECT lsn::text FROM page_header(get_raw_page('churn', 0))"))
+        evicted = reader.execute(
+            "SELECT pg_buffercache_evict(bufferid)::text FROM pg_buffercache "
+            "WHERE relfilenode = pg_relation_filenode('churn') AND relforknumber = 0 "
+            "AND relblocknumber = 0").fetchone()[0]
+        assert evicted.startswith(("t", "(t")), evicted
+    # through the link, which still names the old directory
+    assert page_lsn_in_file(old_file) == pruned_lsn
+    assert page_lsn_in_file(new_file) < pruned_lsn, "the copy already had the pruning"
+
+    end_pause(primary)
+    assert wait_job(primary, job, 60) == "done"
+    assert "reconciled" in primary.log_contents()
+    assert page_items(primary, "churn") == pruned
+    assert lsn_of(primary, primary.sql_scalar(
+        "SELECT lsn::text FROM page_header(get_raw_page('churn', 0))")) > pruned_lsn
+    primary.wait_for_replay(standby)
+    assert page_items(standby, "churn") == pruned
+    # writes into the space the pruning freed, replayed by the standby
+    primary.sql("UPDATE churn SET v = v + 1 WHERE id <= 60;"
+                "INSERT INTO churn SELECT g, 1, repeat('y', 60) FROM generate_series(3001, 3100) g")
+    primary.sql("CHECKPOINT")
+    assert_same_data(primary, standby, "churn")
+    assert page_items(primary, "churn") == page_items(standby, "churn")
+    primary.kill9()
+    primary.start()
+    assert primary.row_hash("churn", "id") == standby.row_hash("churn", "id")
