@@ -211,7 +211,9 @@ def test_resume_after_kill9(primary):
     assert primary.sql_scalar("SELECT restarts FROM tsmove.job WHERE job_id = %s",
                               (job,)) == 1
     assert min(seen) >= copied_before // 2, (seen[:5], copied_before)
-    assert "resumes the move of \"public.pgbench_accounts\"" in primary.log_contents()
+    # the worker may show "copying" a moment before its LOG line reaches the file
+    wait_for(lambda: "resumes the move of \"public.pgbench_accounts\""
+             in primary.log_contents(), 10, what="the resume's LOG line")
     bench = primary.pgbench_run_background(clients=2, jobs=1, seconds=8)
     assert wait_job(primary, job, 300) == "done", job_row(primary, job)
     bench.wait()
