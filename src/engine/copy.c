@@ -50,6 +50,8 @@ tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page)
 						  main_fork ? fs->strategy : NULL, f->permanent);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	memcpy(page, BufferGetPage(buf), BLCKSZ);
+	if (fs->flush_source)
+		FlushOneBuffer(buf);	/* only if dirty */
 	UnlockReleaseBuffer(buf);
 }
 

@@ -167,6 +167,12 @@ struct TsmFileSet
 	 * set's own files are followed (truncated; dropped fails the job).
 	 */
 	Oid			follow_tablespace;
+	/*
+	 * Set by the worker while it copies under a switch that lets readers on
+	 * (frontend.h): each page copied is also written to the file it was
+	 * read from, if its buffer is dirty (reconcile.c).
+	 */
+	bool		flush_source;
 	BufferAccessStrategy strategy;
 	MemoryContext cxt;
 };

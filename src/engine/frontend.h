@@ -53,8 +53,9 @@
  * hint bits are WAL-logged.  A page so changed after its last copy and
  * written through a descriptor of the old file is missing from the new
  * one.  So, with such a switch, the worker also writes every dirty buffer
- * of the set to the old files before switch_commit (a process that still
- * reads an old file then reads what the new one has), and, after it,
+ * of the set to the old files before switch_commit (all before the locks,
+ * then each page it copies under them: a process that still reads an old
+ * file then reads what the new one has), and, after it,
  * with the locks still held and every old descriptor closed, reads the WAL
  * of the window and reconciles each page it changed: the newest by page
  * LSN of the buffer, the old file and the new file is installed in the

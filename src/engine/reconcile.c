@@ -11,9 +11,13 @@
  * WAL.  Until every process has closed its descriptors of the old files,
  * a process may write a page through one, and read one through one:
  *	- before the rename, every dirty buffer of the set is written to the
- *	  old files (tsm_fileset_flush_buffers), under the locks, after the
- *	  last copy: what a process then reads from an old file is what the
- *	  copy holds, but for what readers changed since;
+ *	  old files: all of them just before the locks are requested
+ *	  (tsm_fileset_flush_buffers, one pass over the buffer pool, no lock
+ *	  held), then, under the locks, the buffer of each page the switch
+ *	  copies (copy.c, fs->flush_source).  Every change a writer made since
+ *	  the first is in the WAL, so its page is among those: what a process
+ *	  then reads from an old file is what the copy holds, but for what
+ *	  readers changed since (and hint bits, and the FSM: hints);
  *	- after the barrier, with the locks still held, each page the WAL
  *	  shows changed since the last copy (the mirror marks it dirty) is
  *	  reconciled (tsm_reconcile_file): under its buffer's exclusive lock,

@@ -18,8 +18,9 @@
  *	   transaction that has not committed, or a temporary file of a
  *	   session, postpones the switch (switch_check);
  *	2. the worker reads the WAL to its end, copies what is dirty and the
- *	   files copied under the locks, fsyncs every file, and writes every
- *	   dirty buffer of the tablespace to the old files (worker.c); now
+ *	   files copied under the locks, writing each page's buffer to the old
+ *	   file too (all the others were written before the locks), and fsyncs
+ *	   every file (worker.c, reconcile.c); now
  *	   every buffer equals its page in the old and the new files, up to
  *	   what readers change (pruning, hint bits);
  *	3. fsync the new directories; create there the old location's empty

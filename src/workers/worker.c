@@ -352,15 +352,16 @@ try_switch(TsmJob *job)
 		return false;
 	}
 	tsm_ctl_set_state(&job->ctl, TSM_SWITCHING);
+	/* readers of old files must see the copy: every page copied is written */
+	fs->flush_source = job->front->switch_lockmode != AccessExclusiveLock;
 	for (int i = 0; i < fs->nfiles; i++)
 		if (file_has_work(fs->order[i], true))
 			tsm_copy_file(fs, fs->order[i], PG_INT64_MAX, true, false);
 	for (int i = 0; i < fs->nfiles; i++)
 		if (fs->order[i]->when == TSM_COPY_LOCKED)
 			tsm_copy_file_whole(fs, fs->order[i]);
+	fs->flush_source = false;
 	tsm_fileset_sync(fs);
-	if (job->front->switch_lockmode != AccessExclusiveLock)
-		tsm_fileset_flush_buffers(fs);	/* readers of old files see the copy */
 	if (!job->front->switch_commit(job))
 		return false;
 	if (job->front->switch_end)
