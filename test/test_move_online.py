@@ -205,8 +205,11 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
             time.sleep(0.005)
     row = job_row(primary, job)
     assert row["state"] == "catching_up", row
-    # after one timed-out attempt it asks for no lock while the reader stays
-    assert "waiting for the transaction that blocked the last switch attempt" in (row["error"] or "")
+    # after one timed-out attempt it asks for no lock while the reader stays,
+    # and names it
+    blocker_pid = blocker.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert ("process %d blocked the last switch attempt: waiting for its transaction to end"
+            % blocker_pid) in (row["error"] or "")
     # the failed attempts kept the move's session lock (an aborted main
     # transaction would have released it, letting DDL in under the move)
     assert worker_lock_modes(primary, "l.relation = 'hot'::regclass") == ["AccessShareLock"]
@@ -239,6 +242,9 @@ def test_switch_cancels_blocking_queries_only_when_asked(primary):
     time.sleep(1.5)
     assert reader.is_alive(), "the reader ended although cancelling is off"
     assert job_row(primary, job)["state"] == "catching_up"
+    # the view names who blocks it
+    assert "process %d blocked the last switch attempt" % reader.pid in primary.sql_scalar(
+        "SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,))
 
     set_cancel_blockers_after(primary, "'1s'")
     assert wait_job(primary, job, 60) == "done"

@@ -169,9 +169,29 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 		}
 		else if (!b->background_worker && !(b->status_flags & PROC_IS_AUTOVACUUM) &&
 				 block->nblockers < TSM_MAX_REMEMBERED_BLOCKERS)
+		{
+			block->blocker_pids[block->nblockers] = b->pid;
 			block->blockers[block->nblockers++] = b->vxid;
+		}
 	}
 	list_free_deep(blockers);
+}
+
+/*
+ * "process 123, 456" for the client sessions that blocked the last failed
+ * attempt, "" if none was seen (the lock was granted to them meanwhile, or
+ * only background processes blocked it).
+ */
+void
+tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf, size_t len)
+{
+	size_t		used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < block->nblockers && used + 16 < len; i++)
+		used += snprintf(buf + used, len - used, "%s%d",
+						 i == 0 ? (block->nblockers > 1 ? "processes " : "process ") : ", ",
+						 block->blocker_pids[i]);
 }
 
 /*

@@ -20,8 +20,8 @@
 
 /* The job's note while tsm_last_blockers_remain() holds attempts back. */
 #define TSM_NOTE_BLOCKERS_REMAIN \
-	"waiting for the transaction that blocked the last switch attempt to end: " \
-	"no lock is requested meanwhile; pg_tsmove.switch_cancel_blockers_after cancels its query"
+	"%s blocked the last switch attempt: waiting for its transaction to end, with no " \
+	"lock requested (pg_tsmove.switch_cancel_blockers_after cancels its query)"
 
 /* What a switch tells switch_blockers.c about itself. */
 typedef struct TsmSwitchBlock
@@ -35,6 +35,7 @@ typedef struct TsmSwitchBlock
 	/* the client transactions that blocked the last failed attempt */
 	int			nblockers;
 	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
+	int			blocker_pids[TSM_MAX_REMEMBERED_BLOCKERS];	/* their processes */
 } TsmSwitchBlock;
 
 extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
@@ -44,6 +45,8 @@ extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
 extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,
 									 const LOCKTAG *tags, int ntags);
+extern void tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf,
+									  size_t len);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
 										const LOCKTAG *tags, int ntags);
 

@@ -267,8 +267,11 @@ tsm_relocation_switch_lock(TsmJob *job)
 	else if (tsm_last_blockers_remain(&job->block, st->locked, st->nlocked))
 	{
 		/* it would fail as the last did, and log its locks for standbys */
+		char		who[160];
+
 		CommitTransactionCommand();
-		tsm_ctl_note(&job->ctl, "%s", TSM_NOTE_BLOCKERS_REMAIN);
+		tsm_switch_blockers_named(&job->block, who, sizeof(who));
+		tsm_ctl_note(&job->ctl, TSM_NOTE_BLOCKERS_REMAIN, who[0] ? who : "the session");
 		return false;
 	}
 	/* whether the worker may still signal sessions for the submitter */

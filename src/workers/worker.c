@@ -318,6 +318,7 @@ try_switch(TsmJob *job)
 {
 	TsmFileSet *fs = &job->files;
 	TimestampTz requested = GetCurrentTimestamp();
+	char		who[160];
 
 	job->ctl.progress.switch_attempts++;
 	job->ctl.progress.note[0] = '\0';
@@ -327,17 +328,20 @@ try_switch(TsmJob *job)
 			(double) (GetCurrentTimestamp() - requested) / 1000.0;
 		if (job->ctl.progress.note[0] != '\0')
 			return false;		/* the front end said why */
+		tsm_switch_blockers_named(&job->block, who, sizeof(who));
 		if (job->ctl.progress.switch_attempts < TSM_SWITCH_ATTEMPTS_BEFORE_HINT)
 			tsm_ctl_note(&job->ctl,
-						 "switch attempt %d could not get the exclusive lock within %d ms; retrying",
-						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
+						 "switch attempt %d could not get its locks within %d ms%s%s; retrying",
+						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms,
+						 who[0] ? ", held by " : "", who);
 		else
 			tsm_ctl_note(&job->ctl,
-						 "switch attempt %d could not get the exclusive lock within %d ms: sessions hold "
-						 "it longer; raising pg_tsmove.switch_lock_timeout lets the switch wait for them "
+						 "switch attempt %d could not get its locks within %d ms: %s hold%s them "
+						 "longer; raising pg_tsmove.switch_lock_timeout lets the switch wait for them "
 						 "(later queries wait as long), pg_tsmove.switch_cancel_blockers_after cancels "
 						 "their queries",
-						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms);
+						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms,
+						 who[0] ? who : "sessions", who[0] && job->block.nblockers == 1 ? "s" : "");
 		return false;
 	}
 	job->lock_granted = GetCurrentTimestamp();
