@@ -302,14 +302,25 @@ def test_autopilot_knows_when_not_to_move(disks, pilot):
         refused = expect_skip(pilot, first, "move_refused", 60, "the owner's missing right to stop the move")
         assert 'permission denied for tablespace "tsb2"' in refused[0]["reason"], refused
         assert jobs(pilot) == []
+        # 6. Meanwhile the step in the second database fails every time (a
+        #    lock on what it reads, as a tenant can hold on their own
+        #    relations): that database makes no decision, the others go on.
+        second_oid = pilot.sql_scalar("SELECT oid FROM pg_database WHERE datname = 'second'")
+        silencer = pilot.conn("second", autocommit=False)
+        silencer.execute("LOCK TABLE tsmove.decision IN ACCESS EXCLUSIVE MODE")
+        logged_before = len(pilot.log_contents())
         pilot.sql("GRANT CREATE ON TABLESPACE tsb2 TO app")
         try:
-            started = wait_for(lambda: [d for d in decisions(pilot) if d["action"] == "started"], 60,
+            started = wait_for(lambda: [d for d in decisions(pilot) if d["action"] == "started"], 90,
                                interval_s=0.5, what="the autopilot to start a move")
         except AssertionError as e:
             raise AssertionError("%s; log: %s; server log: %s" % (
                 e, [(d["action"], d["relation"], d["reason_code"], d["times"], d["reason"][:200])
                     for d in decisions(pilot)][-12:], pilot.log_contents()[-3000:]))
+        assert ("the step in database %d did not answer" % second_oid
+                in pilot.log_contents()[logged_before:])
+        silencer.rollback()
+        silencer.close()
         assert len(started) == 1
         moved = started[0]
         assert moved["relation"] in ("public.a", "public.b") and moved["target_tablespace"] == "tsb2"

@@ -22,6 +22,16 @@
  *	   stopped) and logs it, or proposes or starts the move.
  * One step worker runs at a time; its answer travels in shared memory.
  *
+ * A database whose step fails or does not answer (its owner's lock on a
+ * relation the step reads, a broken installation) blocks only its own
+ * decisions: it is never the one that acts, and what it last answered
+ * (since the pilot started) still counts in the cluster's sums: a move of
+ * the autopilot's running there, the last end, the day's moves and bytes.
+ * The pilot is the only one that starts the autopilot's moves, and only in
+ * a database that answered, so a database that never answered since the
+ * pilot started has none it knows of.  Each such cycle is logged (at most
+ * every 10 minutes per database) with the database's OID.
+ *
  * What the steps run as: the step worker connects as the bootstrap
  * superuser, with search_path = pg_catalog, pg_temp, and calls
  * tsmove.autopilot_step() only if that function belongs to the pg_tsmove
@@ -56,6 +66,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -152,6 +163,45 @@ run_step(Oid dbid, TsmStepOrder *order, TsmStepResult *result)
 	return result->answered && result->step_id == order->step_id;
 }
 
+/* What a database's step last answered, kept for the cycles it does not. */
+typedef struct LastAnswer
+{
+	Oid			dbid;			/* hash key */
+	TsmStepResult result;
+	TimestampTz silent_logged;	/* when its silence was last logged */
+} LastAnswer;
+
+static HTAB *last_answers = NULL;
+
+static LastAnswer *
+last_answer(Oid dbid, bool *found)
+{
+	if (last_answers == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(LastAnswer);
+		ctl.hcxt = TopMemoryContext;
+		last_answers = hash_create("pg_tsmove autopilot answers", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	return hash_search(last_answers, &dbid, HASH_ENTER, found);
+}
+
+/* Add a database's answer to the cluster's sums. */
+static void
+add_to_order(TsmStepOrder *order, const TsmStepResult *r, Oid dbid)
+{
+	order->in_flight |= r->in_flight;
+	order->last_finished = Max(order->last_finished, r->last_finished);
+	order->moves_today += r->moves_today;
+	order->bytes_today += r->bytes_today;
+	if (r->stopped && !OidIsValid(order->stopped_db))
+		order->stopped_db = dbid;
+}
+
 /* One cycle: look in every database, then let the best one act. */
 static void
 run_cycle(MemoryContext cycle_context)
@@ -162,8 +212,6 @@ run_cycle(MemoryContext cycle_context)
 	TsmStepOrder order;
 	Oid			best_db = InvalidOid;
 	double		best_benefit = -1;
-	bool		all_answered = true;
-	static TimestampTz last_silent_log = 0;
 
 	memset(&order, 0, sizeof(order));
 	order.stopped_db = InvalidOid;
@@ -172,42 +220,50 @@ run_cycle(MemoryContext cycle_context)
 		Oid			dbid = lfirst_oid(lc);
 		TsmStepResult r;
 		TsmStepOrder look;
+		LastAnswer *last;
+		bool		known;
 
 		if (ShutdownRequestPending)
 			break;
 		memset(&look, 0, sizeof(look));
 		if (!run_step(dbid, &look, &r))
 		{
-			/*
-			 * A database that did not answer may have a move of ours running
-			 * or have used the day's moves: acting without it could break
-			 * "one at a time" or the limits, so nothing acts this cycle.
-			 */
-			all_answered = false;
-			if (TimestampDifferenceExceeds(last_silent_log, GetCurrentTimestamp(), 600 * 1000))
+			/* it blocks its own decisions only; what it last said counts */
+			last = last_answer(dbid, &known);
+			if (!known)
+			{
+				memset(&last->result, 0, sizeof(last->result));
+				last->silent_logged = 0;
+			}
+			if (last->result.installed)
+				add_to_order(&order, &last->result, dbid);
+			if (TimestampDifferenceExceeds(last->silent_logged, GetCurrentTimestamp(), 600 * 1000))
 			{
 				ereport(LOG,
-						(errmsg("pg_tsmove autopilot: the step in database %u did not answer; no move this cycle", dbid),
+						(errmsg("pg_tsmove autopilot: the step in database %u did not answer; "
+								"it makes no decision there this cycle", dbid),
+						 errdetail("What it answered last counts for the other databases: %s, %d moves in the last 24 hours.",
+								   last->result.in_flight ? "a move of the autopilot's running" :
+								   "no move of the autopilot's running",
+								   last->result.moves_today),
 						 errhint("The server log shows the step's error, if it had one.")));
-				last_silent_log = GetCurrentTimestamp();
+				last->silent_logged = GetCurrentTimestamp();
 			}
 			continue;
 		}
+		last = last_answer(dbid, &known);
+		last->result = r;
+		last->silent_logged = 0;
 		if (!r.installed)
 			continue;
-		order.in_flight |= r.in_flight;
-		order.last_finished = Max(order.last_finished, r.last_finished);
-		order.moves_today += r.moves_today;
-		order.bytes_today += r.bytes_today;
-		if (r.stopped && !OidIsValid(order.stopped_db))
-			order.stopped_db = dbid;
+		add_to_order(&order, &r, dbid);
 		if (r.best_benefit > best_benefit)
 		{
 			best_benefit = r.best_benefit;
 			best_db = dbid;
 		}
 	}
-	if (OidIsValid(best_db) && best_benefit >= 0 && !order.in_flight && all_answered &&
+	if (OidIsValid(best_db) && best_benefit >= 0 && !order.in_flight &&
 		!ShutdownRequestPending)
 	{
 		TsmStepResult r;
