@@ -178,17 +178,6 @@ tsm_flush_all_wal(void)
 	XLogFlush(upto);
 }
 
-/* Whether a page read from a file is sound (a valid header, its checksum). */
-static inline bool
-tsm_page_verified(char *page, BlockNumber blkno)
-{
-#if PG_VERSION_NUM >= 180000
-	return PageIsVerified((PageData *) page, blkno, 0, NULL);
-#else
-	return PageIsVerifiedExtended((Page) page, blkno, 0);
-#endif
-}
-
 /*
  * Write out, then forget, every shared buffer of the given relation file
  * sets (all forks), as DROP does; nobody may use them meanwhile.

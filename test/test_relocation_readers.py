@@ -11,6 +11,8 @@ checks the page, the standby's copy of it, and the data after later writes.
 """
 
 import struct
+import threading
+import time
 
 import psycopg
 import pytest
@@ -85,33 +87,30 @@ def page_items(cluster, rel, block=0):
                        "heap_page_items(get_raw_page(%s, %s)) ORDER BY lp", (rel, block))
 
 
-@pytest.mark.matrix
-def test_page_pruned_and_evicted_in_the_window_is_reconciled(primary):
-    """Dead row versions on block 0, kept by an open snapshot until the
-    switch holds its locks; then a reader prunes the page (WAL) and
-    pg_buffercache_evict() writes it through the old file, before the
-    rename: the new file lacks the pruning.  After the switch the page is
-    the pruned one, on the primary and on the standby, and writes that use
-    the space it freed leave both equal."""
-    if server_version(primary) < 170000:
-        pytest.skip("pg_buffercache_evict() arrived in 17")
+def prune_and_evict_block_0(primary, table, rows, pad_sql):
+    """A table with dead row versions on block 0 (kept by an open snapshot
+    until the switch holds its locks), a relocation paused before its
+    rename; then a reader prunes block 0 (WAL) and pg_buffercache_evict()
+    writes it through the link, which still names the old directory: the
+    new file lacks the pruning.  Returns (job, new_dir, items before the
+    pruning, items after it, the pruning's LSN)."""
     primary.sql("CREATE EXTENSION pageinspect; CREATE EXTENSION pg_buffercache")
-    primary.sql("CREATE TABLE churn (id int PRIMARY KEY, v int, pad text) "
+    primary.sql("CREATE TABLE %s (id int PRIMARY KEY, v int, tag name, pad text) "
                 "WITH (fillfactor = 100, autovacuum_enabled = off) TABLESPACE ts_a;"
-                "INSERT INTO churn SELECT g, 0, repeat('x', 60) FROM generate_series(1, 3000) g")
-    standby = primary.make_standby("standby")
-    # after the last checkpoint: the standby's next change of block 0 would
-    # carry no full-page image to cover a page that lost the pruning
+                "INSERT INTO %s SELECT g, 0, 'tag-' || g, %s FROM generate_series(1, %d) g"
+                % (table, table, pad_sql, rows))
+    # after the last checkpoint: a later change of block 0 would carry no
+    # full-page image to cover a page that lost the pruning
     primary.sql("CHECKPOINT")
     holder = primary.conn(autocommit=False)
     holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     holder.execute("SELECT count(*) FROM pg_class")      # a snapshot that keeps them
     for _ in range(3):
-        primary.sql("UPDATE churn SET v = v + 1 WHERE id <= 40")
-    normal_before = sum(1 for item in page_items(primary, "churn") if item[1] == 1)
+        primary.sql("UPDATE %s SET v = v + 1 WHERE id <= 2" % table)
+    before = page_items(primary, table)
     new_dir = new_location(primary, "relocated")
     # pg_tblspc/<oid>/PG_.../<db>/<relfilenode>, under either directory
-    in_tablespace = primary.sql_scalar("SELECT pg_relation_filepath('churn')").split("/", 2)[2]
+    in_tablespace = primary.sql_scalar("SELECT pg_relation_filepath(%s)", (table,)).split("/", 2)[2]
     old_file = "%s/%s" % (location_of(primary, "ts_a"), in_tablespace)
     new_file = "%s/%s" % (new_dir, in_tablespace)
 
@@ -123,35 +122,96 @@ def test_page_pruned_and_evicted_in_the_window_is_reconciled(primary):
     holder.close()
     with primary.conn() as reader:
         reader.execute("SET statement_timeout = '5s'")
-        assert reader.execute("SELECT count(*) FROM churn").fetchone()[0] == 3000
-        pruned = page_items(primary, "churn")
-        assert sum(1 for item in pruned if item[1] == 1) < normal_before, \
-            "the reader did not prune block 0"
+        assert reader.execute("SELECT count(*) FROM %s" % table).fetchone()[0] == rows
+        pruned = page_items(primary, table)
+        assert pruned != before, "the reader did not prune block 0"
         pruned_lsn = lsn_of(primary, primary.sql_scalar(
-            "SELECT lsn::text FROM page_header(get_raw_page('churn', 0))"))
+            "SELECT lsn::text FROM page_header(get_raw_page(%s, 0))", (table,)))
         evicted = reader.execute(
             "SELECT pg_buffercache_evict(bufferid)::text FROM pg_buffercache "
-            "WHERE relfilenode = pg_relation_filenode('churn') AND relforknumber = 0 "
-            "AND relblocknumber = 0").fetchone()[0]
+            "WHERE relfilenode = pg_relation_filenode(%s) AND relforknumber = 0 "
+            "AND relblocknumber = 0", (table,)).fetchone()[0]
         assert evicted.startswith(("t", "(t")), evicted
-    # through the link, which still names the old directory
     assert page_lsn_in_file(old_file) == pruned_lsn
     assert page_lsn_in_file(new_file) < pruned_lsn, "the copy already had the pruning"
+    return job, before, pruned, pruned_lsn
 
+
+@pytest.mark.matrix
+def test_page_pruned_and_evicted_in_the_window_is_logged_whole(primary):
+    """Block 0 pruned by a reader and written through the old file before
+    the rename (prune_and_evict_block_0): the new file lacks the pruning,
+    which the standby replayed.  After the switch the primary's page is
+    logged whole: the standby's block 0 equals the primary's, and writes
+    into the page afterwards leave both equal, through a crash too."""
+    if server_version(primary) < 170000:
+        pytest.skip("pg_buffercache_evict() arrived in 17")
+    standby = primary.make_standby("standby")
+    job, before, pruned, pruned_lsn = prune_and_evict_block_0(primary, "churn", 3000,
+                                                              "repeat('x', 60)")
     end_pause(primary)
     assert wait_job(primary, job, 60) == "done"
-    assert "reconciled" in primary.log_contents()
-    assert page_items(primary, "churn") == pruned
+    assert "pages that readers changed during its switch" in primary.log_contents()
     assert lsn_of(primary, primary.sql_scalar(
         "SELECT lsn::text FROM page_header(get_raw_page('churn', 0))")) > pruned_lsn
     primary.wait_for_replay(standby)
-    assert page_items(standby, "churn") == pruned
-    # writes into the space the pruning freed, replayed by the standby
+    assert page_items(standby, "churn") == page_items(primary, "churn")
+    # writes into the page, replayed by the standby
     primary.sql("UPDATE churn SET v = v + 1 WHERE id <= 60;"
-                "INSERT INTO churn SELECT g, 1, repeat('y', 60) FROM generate_series(3001, 3100) g")
+                "INSERT INTO churn SELECT g, 1, 'tag-' || g, repeat('y', 60) "
+                "FROM generate_series(3001, 3100) g")
     primary.sql("CHECKPOINT")
     assert_same_data(primary, standby, "churn")
     assert page_items(primary, "churn") == page_items(standby, "churn")
     primary.kill9()
     primary.start()
     assert primary.row_hash("churn", "id") == standby.row_hash("churn", "id")
+
+
+class SlowRead(threading.Thread):
+    def __init__(self, cluster, query):
+        super().__init__(daemon=True)
+        self.cluster, self.query = cluster, query
+        self.result = self.error = None
+
+    def run(self):
+        try:
+            with self.cluster.conn() as conn:
+                self.result = conn.execute(self.query).fetchall()
+        except psycopg.Error as error:
+            self.error = error
+
+
+@pytest.mark.matrix
+def test_a_reader_holding_the_page_across_the_window_reads_its_own_rows(primary):
+    """Block 0 pruned and written through the old file (so that the new
+    file's copy has its tuples elsewhere); after the rename a TID scan reads
+    block 0 back from the new file and holds a pointer into the page while
+    it sleeps through the end of the switch, then stores what it read in a
+    table of another tablespace.  The switch never moves the bytes of a
+    page somebody holds: the stored row is the table's."""
+    if server_version(primary) < 170000:
+        pytest.skip("pg_buffercache_evict() arrived in 17")
+    rows = 300
+    primary.sql("CREATE TABLE sink (id int, tag name, pad text)")   # before the guard's window
+    job, before, pruned, _ = prune_and_evict_block_0(
+        primary, "churn", rows,
+        "CASE WHEN g <= 2 THEN 'a' ELSE 'row-' || g || '-' || repeat(md5(g::text), 9) END")
+    moved = [p[0] for p, b in zip(pruned, before) if p[1] == 1 and b[1] == 1 and p[2] != b[2]]
+    assert moved, "the pruning moved no live row"
+    victim = moved[len(moved) // 2]
+    set_pause(primary, "reconciling")           # past the rename and the barrier
+    wait_for(lambda: "job %d pauses at reconciling" % job in primary.log_contents(), 60,
+             what="the pause at reconciling")
+    read = SlowRead(primary, "INSERT INTO sink SELECT id, tag, pad || pg_sleep(4)::text "
+                             "FROM churn WHERE ctid = '(0,%d)' RETURNING id" % victim)
+    read.start()
+    time.sleep(1.5)
+    end_pause(primary)
+    read.join(60)
+    assert wait_job(primary, job, 60) == "done"
+    assert read.error is None, read.error
+    (rid,), = read.result
+    assert primary.sql("SELECT id, tag, pad FROM sink") == primary.sql(
+        "SELECT id, tag, pad FROM churn WHERE id = %s", (rid,))
+    assert primary.amcheck() == []

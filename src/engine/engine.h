@@ -80,8 +80,10 @@ tsm_shrink_step_bytes(uint64 file_bytes, bool others_idle)
 }
 
 /* Heap blocks one visibility map page covers (visibilitymap.c's formula). */
+#define TSM_VM_BITS_PER_HEAPBLOCK 2
+#define TSM_HEAPBLOCKS_PER_VM_BYTE (BITS_PER_BYTE / TSM_VM_BITS_PER_HEAPBLOCK)
 #define TSM_HEAPBLOCKS_PER_VM_PAGE \
-	((BLCKSZ - MAXALIGN(SizeOfPageHeaderData)) * (BITS_PER_BYTE / 2))
+	((BLCKSZ - MAXALIGN(SizeOfPageHeaderData)) * TSM_HEAPBLOCKS_PER_VM_BYTE)
 
 typedef enum TsmCopyWhen
 {
@@ -134,13 +136,6 @@ typedef struct TsmFileSetOps
 	void		(*sync) (TsmFileSet *fs, TsmFile *f);
 	void		(*remove) (TsmFileSet *fs, TsmFile *f);
 
-	/*
-	 * NULL, or (a switch that lets readers on, frontend.h): a block as the
-	 * old file (old) or its copy has it, read from the file; false if the
-	 * file has no such block.
-	 */
-	bool		(*read_file) (TsmFileSet *fs, TsmFile *f, BlockNumber blkno,
-							  bool old, char *page);
 
 	/* for a set that follows a tablespace (below) */
 	void		(*new_file) (TsmFileSet *fs, TsmRelFileNode node, ForkNumber fork);

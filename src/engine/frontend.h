@@ -29,7 +29,10 @@
  *					no return on, job->switch_committed is true; false, with
  *					a note and the locks released, if a last look before
  *					that point found it must wait; true with the locks
- *					released, or, with switch_end, still held
+ *					released, or, with switch_end, still held, and with
+ *					interrupts held and ctl.stops_held set from its point
+ *					of no return (the worker resumes them once the window
+ *					is logged)
  *	switch_end		NULL, or: after switch_commit, with the locks still held
  *					and the pages changed in the window reconciled (below):
  *					end the switch and release the locks
@@ -52,15 +55,14 @@
  * and readers still change pages: on-access pruning and, with checksums,
  * hint bits are WAL-logged.  A page so changed after its last copy and
  * written through a descriptor of the old file is missing from the new
- * one.  So, with such a switch, the worker also writes every dirty buffer
- * of the set to the old files before switch_commit (all before the locks,
- * then each page it copies under them: a process that still reads an old
- * file then reads what the new one has), and, after it,
- * with the locks still held and every old descriptor closed, reads the WAL
- * of the window and reconciles each page it changed: the newest by page
- * LSN of the buffer, the old file and the new file is installed in the
- * buffer and WAL-logged whole (copy.c, tsm_reconcile_file), so that crash
- * recovery and standbys converge on it; then it calls switch_end.
+ * one, and a page read back may lack it.  So, with such a switch, the
+ * worker also writes every dirty buffer of the set to the old files before
+ * switch_commit (all before the locks, then each page it copies under
+ * them: old and new files then differ only by what readers change), and,
+ * after it, with the locks still held and every old descriptor closed,
+ * reads the WAL of the window and logs whole each page it changed, as the
+ * buffer has it (reconcile.c), so that crash recovery and standbys
+ * converge on the primary's pages; then it calls switch_end.
  *
  * The worker gathers each front end's functions into its TsmFrontEnd
  * (workers/worker.c) and is the only one that calls them, as it is the

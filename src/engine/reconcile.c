@@ -6,38 +6,44 @@
  *	  after it.
  *
  * Such a switch (a relocation's, under ExclusiveLock: frontend.h) stops
- * every writer, but readers go on reading and, through on-access pruning
- * and (with checksums or wal_log_hints) hint bits, changing pages, with
- * WAL.  Until every process has closed its descriptors of the old files,
- * a process may write a page through one, and read one through one:
+ * every writer, but readers go on reading and, through on-access pruning,
+ * (from 19) setting visibility-map bits with it, and (with checksums or
+ * wal_log_hints) hint bits, changing pages, with WAL.  Until every process
+ * has closed its descriptors of the old files, a process may write a page
+ * through one, and read one through one:
  *	- before the rename, every dirty buffer of the set is written to the
  *	  old files: all of them just before the locks are requested
  *	  (tsm_fileset_flush_buffers, one pass over the buffer pool, no lock
  *	  held), then, under the locks, the buffer of each page the switch
  *	  copies (copy.c, fs->flush_source).  Every change a writer made since
- *	  the first is in the WAL, so its page is among those: what a process
- *	  then reads from an old file is what the copy holds, but for what
- *	  readers changed since (and hint bits, and the FSM: hints);
- *	- after the barrier, with the locks still held, each page the WAL
- *	  shows changed since the last copy (the mirror marks it dirty) is
- *	  reconciled (tsm_reconcile_file): under its buffer's exclusive lock,
- *	  the newest of the buffer, the old file's page and the new file's page
- *	  by page LSN is installed in the buffer, and the page is WAL-logged
- *	  whole.  A change written only through an old descriptor comes back;
- *	  crash recovery and standbys, which replayed the window's records
- *	  onto their own copy, converge on the full-page image.
- * A reader can meanwhile read a page from the new file that lacks a
- * change of the window (one written only to the old file): what readers
- * change is pruning and hints, which never change what a query sees, and
- * writers wait until the page is reconciled.
- *
- * Locks: the caller holds the switch's locks (no writer runs) and is in a
- * transaction; each page is reconciled under its buffer's exclusive lock.
- *
+ *	  the first is in the WAL, so its page is among those: the old and the
+ *	  new files then hold every writer's change, and differ only by what
+ *	  readers change afterwards (and hint bits, and the FSM: hints);
+ *	- so a page a process reads back, through either, may lack only what
+ *	  readers changed in the window, which never alters what a query sees.
+ *	  But the WAL has their records: the primary's page and the page that a
+ *	  standby or crash recovery rebuilds from the WAL may then differ, and a
+ *	  later record for the primary's page would not fit the other;
+ *	- after the barrier, with the locks still held, each page the WAL shows
+ *	  changed since the last copy (the mirror marks it dirty) is WAL-logged
+ *	  whole as the primary has it (tsm_reconcile_file), under its buffer's
+ *	  exclusive lock: standbys and crash recovery converge on it.  Its
+ *	  contents are never replaced: a process that holds a pin may keep
+ *	  pointers into the page, so only a cleanup lock could allow that, and
+ *	  none is needed: the page the primary has is a valid one;
+ *	- a heap page so logged that is not all-visible has its visibility-map
+ *	  bits cleared (and the map page logged whole): the map page and the
+ *	  heap page may come from two different lines of reader changes, and a
+ *	  set bit on a page not marked all-visible would survive the next write
+ *	  of the page (which clears the bit only when the page says so).
+ * Interrupts are held while the window is reconciled: a cancel there would
+ * leave the primary's pages and the WAL's apart.  What a crash between the
+ * rename and the end of the reconciliation leaves: README, Limits.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/visibilitymapdefs.h"
 #include "access/xloginsert.h"
 #include "miscadmin.h"
 #include "storage/bufpage.h"
@@ -78,34 +84,55 @@ tsm_fileset_flush_buffers(TsmFileSet *fs)
 	pfree(nodes);
 }
 
-/* Keep the copy in page if it is sound and newer than best's. */
-static bool
-newer_copy(char *page, BlockNumber blkno, XLogRecPtr best_lsn)
+/*
+ * Heap block blkno's page is not all-visible: clear its bits in the
+ * visibility map, if set, and log the map page whole.
+ */
+static void
+clear_visibility_bits(TsmFileSet *fs, TsmFile *heap, BlockNumber blkno)
 {
-	return !PageIsNew((Page) page) && tsm_page_verified(page, blkno) &&
-		PageGetLSN((Page) page) > best_lsn;
+	TsmFile    *vm = tsm_fileset_find(fs, heap->key.node, VISIBILITYMAP_FORKNUM);
+	BlockNumber map_block = blkno / TSM_HEAPBLOCKS_PER_VM_PAGE;
+	uint32		map_byte = (blkno % TSM_HEAPBLOCKS_PER_VM_PAGE) / TSM_HEAPBLOCKS_PER_VM_BYTE;
+	uint8		map_shift = (blkno % TSM_HEAPBLOCKS_PER_VM_BYTE) * TSM_VM_BITS_PER_HEAPBLOCK;
+	Buffer		buf;
+	uint8	   *map;
+
+	if (vm == NULL || vm->gone || map_block >= tsm_source_nblocks(vm))
+		return;
+	buf = tsm_read_buffer(vm->key.node, VISIBILITYMAP_FORKNUM, map_block,
+						  RBM_ZERO_ON_ERROR, NULL, vm->permanent);
+	LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+	map = (uint8 *) PageGetContents(BufferGetPage(buf));
+	if (map[map_byte] & (VISIBILITYMAP_VALID_BITS << map_shift))
+	{
+		START_CRIT_SECTION();
+		map[map_byte] &= ~(VISIBILITYMAP_VALID_BITS << map_shift);
+		MarkBufferDirty(buf);
+		if (vm->permanent)
+			log_newpage_buffer(buf, false);
+		END_CRIT_SECTION();
+	}
+	UnlockReleaseBuffer(buf);
 }
 
 /*
- * Reconcile the blocks of f the mirror marked dirty since the last copy
- * (see above).  Returns how many.
+ * Log whole, as the primary has it, each block of f the mirror marked
+ * dirty since the last copy (see above).  Returns how many.
  */
 int64
 tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 {
-	PGAlignedBlock old_page;
-	PGAlignedBlock new_page;
 	BlockNumber blkno;
 	int64		reconciled = 0;
 
-	if (f->gone || fs->ops->read_file == NULL)
+	if (f->gone)
 		return 0;
 	while (tsm_file_take_dirty(fs, f, &blkno))
 	{
 		Buffer		buf;
 		Page		page;
-		char	   *best;
-		XLogRecPtr	best_lsn;
+		bool		heap_not_all_visible;
 
 		if (blkno >= f->copy_cursor)
 			continue;			/* beyond a truncation */
@@ -114,29 +141,17 @@ tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 							  NULL, f->permanent);
 		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
 		page = BufferGetPage(buf);
-		best = (char *) page;
-		best_lsn = PageIsNew(page) ? InvalidXLogRecPtr : PageGetLSN(page);
-		if (fs->ops->read_file(fs, f, blkno, true, old_page.data) &&
-			newer_copy(old_page.data, blkno, best_lsn))
-		{
-			best = old_page.data;
-			best_lsn = PageGetLSN((Page) best);
-		}
-		if (fs->ops->read_file(fs, f, blkno, false, new_page.data) &&
-			newer_copy(new_page.data, blkno, best_lsn))
-			best = new_page.data;
-
 		START_CRIT_SECTION();
-		if (best != (char *) page)
-			memcpy(page, best, BLCKSZ);
 		MarkBufferDirty(buf);
 		if (f->permanent)
 			log_newpage_buffer(buf, f->standard_page);
 		END_CRIT_SECTION();
+		heap_not_all_visible = f->key.fork == MAIN_FORKNUM && !PageIsNew(page) &&
+			!PageIsAllVisible(page);
 		UnlockReleaseBuffer(buf);
+		if (heap_not_all_visible)
+			clear_visibility_bits(fs, f, blkno);
 		reconciled++;
-		if (reconciled % 256 == 0)
-			CHECK_FOR_INTERRUPTS();
 	}
 	return reconciled;
 }

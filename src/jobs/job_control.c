@@ -211,6 +211,8 @@ tsm_ctl_check(TsmJobCtl *ctl)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 	}
+	if (ctl->stops_held)
+		return;
 	if (got_sigterm)
 		ereport(ERROR,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),

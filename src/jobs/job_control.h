@@ -39,6 +39,8 @@ struct TsmJobCtl
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
+	bool		stops_held;		/* tsm_ctl_check() throws no cancel or
+								 * shutdown now (they wait for it to clear) */
 	bool		others_wait;	/* quiesce or exclusive: the job's lock holds
 								 * the others' writes for its whole copy, so
 								 * adaptive pacing, which would slow it for

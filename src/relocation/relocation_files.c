@@ -904,36 +904,6 @@ tsm_copy_stragglers(const char *old_dir, const char *new_dir)
 	return short_copies;
 }
 
-/*
- * After the rename (reconcile.c): block blkno as the old file or its copy
- * has it.  Read from the file, not through smgr: the link no longer names
- * the old one.
- */
-static bool
-reloc_read_file(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, bool old, char *page)
-{
-	TsmRelocation *st = tsm_reloc_state(fs);
-	char		path[MAXPGPATH];
-	int			fd;
-	int			nread;
-
-	tsm_reloc_segment_path(path, old ? st->old_dir : st->new_dir, f, blkno / RELSEG_SIZE);
-	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-	if (fd < 0 && errno == ENOENT)
-		return false;
-	if (fd < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not open file \"%s\": %m", path)));
-	nread = pg_pread(fd, page, BLCKSZ, (off_t) (blkno % RELSEG_SIZE) * BLCKSZ);
-	if (nread < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read block %u in file \"%s\": %m", blkno, path)));
-	CloseTransientFile(fd);
-	return nread == BLCKSZ;
-}
-
 static const TsmFileSetOps relocation_sink = {
 	.create = reloc_create,
 	.write = reloc_write,
@@ -941,7 +911,6 @@ static const TsmFileSetOps relocation_sink = {
 	.truncate = reloc_truncate,
 	.sync = reloc_sync,
 	.remove = reloc_remove,
-	.read_file = reloc_read_file,
 	.new_file = reloc_new_file,
 	.foreign_change = reloc_foreign_change,
 };

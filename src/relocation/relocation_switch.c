@@ -34,8 +34,8 @@
  *	   the bgwriter included, closes its old descriptors (and the worker's
  *	   own, absorbed by hand since interrupts are held from 3 to 4, so that
  *	   no error can release the locks before the barrier);
- *	4b. the worker reads the WAL of the window and reconciles each page
- *	   readers changed in it, logging it whole (worker.c, reconcile.c);
+ *	4b. the worker reads the WAL of the window and logs whole each page
+ *	   readers changed in it (worker.c, reconcile.c);
  *	   switch_commit has ended at 4, switch_end does 5;
  *	5. files created in the old location after the check are copied (the
  *	   guard leaves none to utility statements; this is for storage made
@@ -688,11 +688,17 @@ tsm_relocation_switch_commit(TsmJob *job)
 				 errmsg("could not rename \"%s\" to \"%s\": %m", tmp_link, st->link_path)));
 	}
 	job->switch_committed = true;
+	job->ctl.stops_held = true; /* until the window is logged (worker.c) */
 	(void) fsync_fname_ext("pg_tblspc", true, false, PANIC);
 	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 	LWLockRelease(TablespaceCreateLock);
 	tsm_reloc_release_old_descriptors(st);
-	RESUME_INTERRUPTS();
+
+	/*
+	 * Interrupts stay held, and tsm_ctl_check() throws no cancel or
+	 * shutdown (stops_held), until the worker has logged the window's pages
+	 * (reconcile.c): it resumes them.
+	 */
 	tsm_ctl_debug_pause(&job->ctl, "warming");
 	return true;
 }

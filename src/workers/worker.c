@@ -290,7 +290,8 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 /*
  * After a switch that let readers on (frontend.h): every old descriptor is
  * closed and writers still wait.  Read the WAL of the window, from the
- * drain before the last copy to now, and reconcile every page it changed.
+ * drain before the last copy to now, and log whole every page it changed
+ * (reconcile.c).
  */
 static void
 reconcile_window(TsmJob *job)
@@ -305,7 +306,7 @@ reconcile_window(TsmJob *job)
 		reconciled += tsm_reconcile_file(fs, fs->order[i]);
 	if (reconciled > 0)
 		ereport(LOG,
-				(errmsg("pg_tsmove: job %lld reconciled %lld pages that readers changed during its switch",
+				(errmsg("pg_tsmove: job %lld logged whole %lld pages that readers changed during its switch",
 						(long long) job->row.job_id, (long long) reconciled)));
 }
 
@@ -370,7 +371,14 @@ try_switch(TsmJob *job)
 		return false;
 	if (job->front->switch_end)
 	{
+		/*
+		 * No cancel or shutdown from the rename to the last page logged: the
+		 * primary's pages and the WAL would stay apart.  switch_commit
+		 * returned with interrupts held and stops_held set.
+		 */
 		reconcile_window(job);
+		job->ctl.stops_held = false;
+		RESUME_INTERRUPTS();
 		job->front->switch_end(job);
 	}
 	return true;
@@ -512,6 +520,7 @@ abort_job(TsmJob *job, ErrorData *edata)
 	 */
 	const uint32 holdoff = InterruptHoldoffCount;
 
+	job->ctl.stops_held = false;
 	AbortOutOfAnyTransaction();
 
 	/*
