@@ -141,10 +141,14 @@ tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 							  NULL, f->permanent);
 		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
 		page = BufferGetPage(buf);
+		/*
+		 * Logged as a non-standard page: the hole between pd_lower and
+		 * pd_upper is data on some (a BRIN revmap page), and these are few.
+		 */
 		START_CRIT_SECTION();
 		MarkBufferDirty(buf);
 		if (f->permanent)
-			log_newpage_buffer(buf, f->standard_page);
+			log_newpage_buffer(buf, false);
 		END_CRIT_SECTION();
 		heap_not_all_visible = f->key.fork == MAIN_FORKNUM && !PageIsNew(page) &&
 			!PageIsAllVisible(page);
