@@ -172,6 +172,18 @@ _PG_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("pg_tsmove.relocation_switch_admits_readers",
+							 "Experimental: a relocation's switch lets readers on (ExclusiveLock).",
+							 "Off: the switch takes AccessExclusiveLock on every relation of the tablespace, "
+							 "as a relation move's does. On: ExclusiveLock, which only writers wait for and "
+							 "standbys never see; the pages readers change meanwhile are logged whole after "
+							 "the rename, and a standby query holding such a heap page as that image replays "
+							 "can read moved bytes (README, Limits).",
+							 &tsm_relocation_switch_admits_readers,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
 	DefineCustomIntVariable("pg_tsmove.switch_cancel_blockers_after",
 							"Time a switch may stay blocked before it cancels the queries that block it.",
 							"Once a switch (of a relation move or a relocation) has been blocked this long, each "

@@ -135,8 +135,12 @@ RELOCATION_PHASES = [("copying", "old"), ("switching", "old"), ("warming", "new"
 def test_relocation_crash_under_load(primary, standby, phase, survivor):
     """kill -9 of the postmaster while a relocation of the TPC-B tablespace
     copies under load, holds its switch's locks, has just renamed the link,
-    is about to reconcile the pages readers changed, or shrinks the old files: after restart one location holds the files, the data passes every
+    (with the switch that admits readers) is about to log the pages readers
+    changed, or shrinks the old files: after restart one location holds the files, the data passes every
     check on both servers, and a second relocation succeeds."""
+    if phase == "reconciling":      # a step of the switch that admits readers only
+        primary.sql("ALTER SYSTEM SET pg_tsmove.relocation_switch_admits_readers = on")
+        primary.sql("SELECT pg_reload_conf()")
     shadow = ShadowTpcb(primary, scale=5, tablespace="ts_a")
     old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")

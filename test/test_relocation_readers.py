@@ -1,5 +1,6 @@
-"""The relocation's switch lets readers on (ExclusiveLock, never logged for
-standbys): a query that reads the tablespace neither waits for the switch
+"""With pg_tsmove.relocation_switch_admits_readers (experimental, off by
+default), the relocation's switch lets readers on (ExclusiveLock, never
+logged for standbys): a query that reads the tablespace neither waits for the switch
 nor holds it up, on the primary or on a standby, while every writer waits.
 
 Readers still change pages in the switch's window (on-access pruning, with
@@ -20,6 +21,10 @@ import pytest
 from moves import start_long_reader, wait_for, wait_job
 from test_relocation import (end_pause, location_of, new_location, relocate,
                              relocate_paused_at, set_pause)
+
+
+# the experimental switch under test (off by default)
+pytestmark = pytest.mark.pg_conf("pg_tsmove.relocation_switch_admits_readers = on")
 
 
 def server_version(cluster):

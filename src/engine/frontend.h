@@ -49,9 +49,11 @@
  * it to the end, copies every dirty and pending block and the files copied
  * under the locks, and fsyncs the destination.
  *
- * switch_lockmode is the mode of the switch's relation locks.
- * AccessExclusiveLock (a relation move) freezes the relations.
- * ExclusiveLock (a relocation) stops every writer but lets readers on,
+ * job->switch_lockmode is the mode of the switch's relation locks.
+ * AccessExclusiveLock (a relation move, and a relocation by default)
+ * freezes the relations.  ExclusiveLock (a relocation with the
+ * experimental pg_tsmove.relocation_switch_admits_readers) stops every
+ * writer but lets readers on,
  * and readers still change pages: on-access pruning and, with checksums,
  * hint bits are WAL-logged.  A page so changed after its last copy and
  * written through a descriptor of the old file is missing from the new
@@ -103,7 +105,6 @@ typedef struct TsmFrontEnd
 	void		(*finish) (TsmJob *job);
 	void		(*drop_old) (TsmJob *job);
 	void		(*cleanup) (TsmJob *job);
-	LOCKMODE	switch_lockmode;	/* AccessExclusiveLock or ExclusiveLock */
 } TsmFrontEnd;
 
 struct TsmJob
@@ -118,6 +119,7 @@ struct TsmJob
 	TimestampTz last_resume_point;
 	const TsmFrontEnd *front;
 	void	   *state;			/* the front end's */
+	LOCKMODE	switch_lockmode;	/* of the switch's relation locks (above) */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
 	TsmSwitchBlock block;		/* since when the switch is blocked
 								 * (switch_blockers.c) */

@@ -65,6 +65,7 @@ extern int	tsm_pacing_target_pct;
 extern bool tsm_resume_after_restart;
 extern int	tsm_resume_interval_s;
 extern int	tsm_max_retained_wal_mb;
+extern bool tsm_relocation_switch_admits_readers;
 
 /* queue.c: the shared state, sized and created by the shared-memory hooks */
 extern Size tsm_queue_shmem_size(void);

@@ -35,3 +35,4 @@ int			tsm_pacing_target_pct = 95;
 bool		tsm_resume_after_restart = true;
 int			tsm_resume_interval_s = 30;
 int			tsm_max_retained_wal_mb = 16384;
+bool		tsm_relocation_switch_admits_readers = false;

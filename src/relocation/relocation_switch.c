@@ -9,9 +9,10 @@
  * The switch, in this order, which is what keeps a change from being lost
  * (until every process has closed its old file descriptors, a page
  * changed after its last copy could be written through one and evicted):
- *	1. ExclusiveLock on every relation stored in the tablespace, in every
- *	   database, each within pg_tsmove.switch_lock_timeout: every writer
- *	   waits, readers go on (and standbys see no lock); then the
+ *	1. AccessExclusiveLock on every relation stored in the tablespace, in
+ *	   every database, each within pg_tsmove.switch_lock_timeout (with the
+ *	   experimental pg_tsmove.relocation_switch_admits_readers, ExclusiveLock:
+ *	   every writer waits, readers go on, standbys see no lock); then the
  *	   creation guard without waiting (relocation_guard.c: from here to the
  *	   end of the switch's transaction no statement that can create storage
  *	   runs), all or none (switch_lock); a relation created before by a
@@ -54,7 +55,7 @@
  * Calls relocation_files.c and the relocation's helpers; the worker calls
  * it, and so does relocation_finish.c (the barrier, in cleanup).
  *
- * Locks: the ExclusiveLocks above and the guard (AccessExclusiveLock), in
+ * Locks: the relation locks above and the guard (AccessExclusiveLock), in
  * a transaction of the worker, taken through tsm_ctl_lock_all_or_none()
  * (job_control.c) and released at its commit (switch_end);
  * TablespaceCreateLock from the last look to the rename.
@@ -163,7 +164,7 @@ lock_relation_then_guard(void *arg, int i)
 
 	if (i < st->nlocked)
 	{
-		(void) LockAcquire(&st->locked[i], ExclusiveLock, false, false);
+		(void) LockAcquire(&st->locked[i], st->lockmode, false, false);
 		return;
 	}
 	tsm_guard_locktag(&guard);
@@ -221,7 +222,7 @@ note_barrier_laggard(TsmJob *job, int laggard)
 
 /*
  * switch_lock: look up every relation once more, then take
- * ExclusiveLock on each, those contended before first, then in
+ * the switch's lock (st->lockmode) on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
  * none.  As for a relation move, autovacuum that blocks it is cancelled,
  * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
@@ -274,6 +275,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 		tsm_ctl_note(&job->ctl, TSM_NOTE_BLOCKERS_REMAIN, who[0] ? who : "the session");
 		return false;
 	}
+	st->lockmode = job->switch_lockmode;
 	/* whether the worker may still signal sessions for the submitter */
 	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))

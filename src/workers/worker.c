@@ -115,7 +115,6 @@ static const TsmFrontEnd relation_move = {
 	.finish = tsm_relation_finish,
 	.drop_old = tsm_relation_drop_old,
 	.cleanup = tsm_relation_cleanup,
-	.switch_lockmode = AccessExclusiveLock,
 };
 
 static const TsmFrontEnd tablespace_relocation = {
@@ -130,7 +129,6 @@ static const TsmFrontEnd tablespace_relocation = {
 	.finish = tsm_relocation_finish,
 	.drop_old = NULL,
 	.cleanup = tsm_relocation_cleanup,
-	.switch_lockmode = ExclusiveLock,
 };
 
 /* The file the next copy batch starts with (files are visited in turn). */
@@ -358,7 +356,7 @@ try_switch(TsmJob *job)
 	}
 	tsm_ctl_set_state(&job->ctl, TSM_SWITCHING);
 	/* readers of old files must see the copy: every page copied is written */
-	fs->flush_source = job->front->switch_lockmode != AccessExclusiveLock;
+	fs->flush_source = job->switch_lockmode != AccessExclusiveLock;
 	for (int i = 0; i < fs->nfiles; i++)
 		if (file_has_work(fs->order[i], true))
 			tsm_copy_file(fs, fs->order[i], PG_INT64_MAX, true, false);
@@ -376,7 +374,8 @@ try_switch(TsmJob *job)
 		 * primary's pages and the WAL would stay apart.  switch_commit
 		 * returned with interrupts held and stops_held set.
 		 */
-		reconcile_window(job);
+		if (job->switch_lockmode != AccessExclusiveLock)
+			reconcile_window(job);
 		job->ctl.stops_held = false;
 		RESUME_INTERRUPTS();
 		job->front->switch_end(job);
@@ -417,7 +416,7 @@ catch_up_and_switch(TsmJob *job)
 			 */
 			tsm_job_start_transaction();
 			tsm_fileset_sync(&job->files);
-			if (job->front->switch_lockmode != AccessExclusiveLock)
+			if (job->switch_lockmode != AccessExclusiveLock)
 				tsm_fileset_flush_buffers(&job->files);
 			CommitTransactionCommand();
 			if (try_switch(job))
@@ -662,8 +661,10 @@ run_next_job(void)
 		job->ctl.pause_requested = job->row.pause_requested;
 		job->ctl.others_wait = (job->row.kind == TSM_KIND_MOVE &&
 								job->row.mode != TSM_MODE_ONLINE);
+		job->switch_lockmode = job->row.kind == TSM_KIND_RELOCATE &&
+			tsm_relocation_switch_admits_readers ? ExclusiveLock : AccessExclusiveLock;
 		tsm_switch_block_init(&job->block, job->row.job_id, job->row.relname,
-							  job->row.submitted_by, job->front->switch_lockmode);
+							  job->row.submitted_by, job->switch_lockmode);
 		if (job->row.resuming)
 			tsm_ctl_continue_counters(&job->ctl, &job->row.earlier);
 		next_file = 0;

@@ -9,10 +9,13 @@ streams around it.
     relocate        tsmove.relocate_tablespace('tsb', <HDB>/tsb): the
                     container move itself (the essay's goal, section 4's
                     unbuilt dual-write method); tablespace TSB keeps its name
-                    and OID, its directory moves.  With the extension's
-                    defaults: its switch's ExclusiveLocks wait for the
-                    updates only, never for the SELECTs that hold TSB's
-                    relations for seconds.
+                    and OID, its directory moves.  With
+                    pg_tsmove.relocation_switch_admits_readers on
+                    (experimental, off by default): its switch's
+                    ExclusiveLocks wait for the updates only, never for the
+                    SELECTs that hold TSB's relations for seconds (with the
+                    default AccessExclusiveLock it never switches here, as
+                    tsmove_online).
     tsmove_online   tsmove.move('b', 'tsb2', with_indexes => true): B and its
                     primary key into tablespace TSB2 on HDB, online, with the
                     extension's defaults.
@@ -368,9 +371,10 @@ PATIENT_SWITCH = "pg_tsmove.switch_lock_timeout = '30s'"
 CANCEL_BLOCKERS = "pg_tsmove.switch_cancel_blockers_after = '5s'"
 
 METHODS = [
-    Method("relocate", "tsmove.relocate_tablespace(tsb)",
+    Method("relocate", "tsmove.relocate_tablespace(tsb), switch admits readers",
            "the container move the essay set out to build (section 4, "
-           "dual-write)", run_relocate, relocate_available, moves_tablespace=True),
+           "dual-write)", run_relocate, relocate_available, moves_tablespace=True,
+           server_conf=("pg_tsmove.relocation_switch_admits_readers = on",)),
     Method("tsmove_online", "tsmove.move(b), online",
            "per-relation dual-write move", tsmove_move("online")),
     Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",
