@@ -495,8 +495,14 @@ run_job(TsmJob *job)
 	if (job->front->drop_old)
 		job->front->drop_old(job);
 	tsm_ctl_save_in_transaction(&job->ctl, NULL);
-	CommitTransactionCommand();
+
+	/*
+	 * Shared memory says 'done' before the row does: tsmove.jobs shows the
+	 * live state while the worker holds the job, and a session that saw the
+	 * committed row (tsmove.wait()) must not then see 'warming' there.
+	 */
 	tsm_ctl_publish(&job->ctl, true);
+	CommitTransactionCommand();
 }
 
 /*
@@ -573,6 +579,7 @@ abort_job(TsmJob *job, ErrorData *edata)
 	else
 		job->ctl.progress.state = cancelled ? TSM_CANCELLED : TSM_FAILED;
 
+	tsm_ctl_publish(&job->ctl, true);	/* before the row: see run_job() */
 	PG_TRY();
 	{
 		tsm_ctl_save(&job->ctl, message);
@@ -589,7 +596,6 @@ abort_job(TsmJob *job, ErrorData *edata)
 						tsm_state_name(job->ctl.progress.state))));
 	}
 	PG_END_TRY();
-	tsm_ctl_publish(&job->ctl, true);
 }
 
 /*
