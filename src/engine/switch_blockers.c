@@ -194,6 +194,18 @@ tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf, size_t len)
 						 block->blocker_pids[i]);
 }
 
+/* The job's note while tsm_last_blockers_remain() holds attempts back. */
+void
+tsm_note_blockers_remain(TsmJobCtl *ctl, const TsmSwitchBlock *block)
+{
+	char		who[160];
+
+	tsm_switch_blockers_named(block, who, sizeof(who));
+	tsm_ctl_note(ctl, "%s blocked the last switch attempt: waiting for its transaction to end, "
+				 "with no lock requested (pg_tsmove.switch_cancel_blockers_after cancels its query)",
+				 who[0] ? who : "the session");
+}
+
 /*
  * Whether a client transaction that blocked the last failed attempt still
  * holds a conflicting lock: another attempt now would time out the same

@@ -13,15 +13,12 @@
 #include "storage/proc.h"
 #include "utils/timestamp.h"
 
+#include "jobs/job_control.h"
+
 /* After cancelling its blockers, an attempt waits this long for them to end. */
 #define TSM_CANCEL_GRACE_MS 200
 /* Blocking transactions remembered from one failed attempt to the next. */
 #define TSM_MAX_REMEMBERED_BLOCKERS 64
-
-/* The job's note while tsm_last_blockers_remain() holds attempts back. */
-#define TSM_NOTE_BLOCKERS_REMAIN \
-	"%s blocked the last switch attempt: waiting for its transaction to end, with no " \
-	"lock requested (pg_tsmove.switch_cancel_blockers_after cancels its query)"
 
 /* What a switch tells switch_blockers.c about itself. */
 typedef struct TsmSwitchBlock
@@ -47,6 +44,7 @@ extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,
 									 const LOCKTAG *tags, int ntags);
 extern void tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf,
 									  size_t len);
+extern void tsm_note_blockers_remain(TsmJobCtl *ctl, const TsmSwitchBlock *block);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
 										const LOCKTAG *tags, int ntags);
 

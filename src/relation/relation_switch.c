@@ -166,11 +166,8 @@ tsm_relation_switch_lock(TsmJob *job)
 	else if (tsm_last_blockers_remain(&job->block, tags, move->nmembers))
 	{
 		/* it would fail as the last did, and log its lock for standbys */
-		char		who[160];
-
 		CommitTransactionCommand();
-		tsm_switch_blockers_named(&job->block, who, sizeof(who));
-		tsm_ctl_note(&job->ctl, TSM_NOTE_BLOCKERS_REMAIN, who[0] ? who : "the session");
+		tsm_note_blockers_remain(&job->ctl, &job->block);
 		pfree(tags);
 		return false;
 	}

@@ -93,7 +93,6 @@ typedef struct TsmRelocation
 	int			ncontended;
 	bool		spc_locked;
 	bool		new_dir_made;
-	LOCKMODE	lockmode;		/* of the switch's relation locks (frontend.h) */
 	bool		barrier_done;
 	bool		stragglers_done;
 	int			short_copies;	/* old files longer than their copies: keep them */

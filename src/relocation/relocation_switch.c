@@ -159,12 +159,13 @@ note_contended(TsmJob *job, const LOCKTAG *tag)
 static void
 lock_relation_then_guard(void *arg, int i)
 {
-	TsmRelocation *st = (TsmRelocation *) arg;
+	TsmJob	   *job = (TsmJob *) arg;
+	TsmRelocation *st = (TsmRelocation *) job->state;
 	LOCKTAG		guard;
 
 	if (i < st->nlocked)
 	{
-		(void) LockAcquire(&st->locked[i], st->lockmode, false, false);
+		(void) LockAcquire(&st->locked[i], job->switch_lockmode, false, false);
 		return;
 	}
 	tsm_guard_locktag(&guard);
@@ -222,7 +223,7 @@ note_barrier_laggard(TsmJob *job, int laggard)
 
 /*
  * switch_lock: look up every relation once more, then take
- * the switch's lock (st->lockmode) on each, those contended before first, then in
+ * the switch's lock (job->switch_lockmode) on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
  * none.  As for a relation move, autovacuum that blocks it is cancelled,
  * and so are blocking queries once pg_tsmove.switch_cancel_blockers_after
@@ -268,14 +269,10 @@ tsm_relocation_switch_lock(TsmJob *job)
 	else if (tsm_last_blockers_remain(&job->block, st->locked, st->nlocked))
 	{
 		/* it would fail as the last did, and log its locks for standbys */
-		char		who[160];
-
 		CommitTransactionCommand();
-		tsm_switch_blockers_named(&job->block, who, sizeof(who));
-		tsm_ctl_note(&job->ctl, TSM_NOTE_BLOCKERS_REMAIN, who[0] ? who : "the session");
+		tsm_note_blockers_remain(&job->ctl, &job->block);
 		return false;
 	}
-	st->lockmode = job->switch_lockmode;
 	/* whether the worker may still signal sessions for the submitter */
 	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
@@ -285,7 +282,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
-	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, st, st->nlocked + 1, timeout_ms,
+	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, job, st->nlocked + 1, timeout_ms,
 								 &failed_at))
 		return true;
 	CommitTransactionCommand();		/* not an abort: it keeps the session lock */
