@@ -18,7 +18,8 @@
  *	19: PGPROC.backendType, PageSetChecksum, 64-bit buffer header states, ShmemInitHash's,
  *		XLogFindNextRecord's, GetOldestActiveTransactionId's and
  *		CheckSlotRequirements' arguments, the statistics entry a caller may
- *		have to free, a slot's active process as a ProcNumber.
+ *		have to free, a slot's active process as a ProcNumber;
+ *	16, 17, 19: the heap pruning record (reconcile.c's cleanup-lock image).
  * Minor releases matter once: 15.11, 16.7 and 17.3 added smgrtruncate2,
  * which takes the old sizes (smgrtruncate then calls smgrnblocks, which
  * must not run in a critical section).  No other file may test
@@ -31,8 +32,10 @@
 
 #include "postgres.h"
 
+#include "access/heapam_xlog.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "access/xloginsert.h"
 #include "access/xlogreader.h"
 #include "access/xlogutils.h"
 #include "catalog/storage.h"
@@ -517,6 +520,42 @@ tsm_parse_relation_file_name(const char *name, TsmRelFileNumber *number,
 	*segno = dot != NULL ? (unsigned) strtoul(dot + 1, NULL, 10) : 0;
 	return true;
 #endif
+}
+
+/* ---- the reconciliation of a switch that admits readers (reconcile.c) -- */
+
+/*
+ * WAL-log buf's heap page whole in a record whose replay restores the image
+ * under a cleanup lock: a heap pruning record that prunes nothing (no item,
+ * no conflict horizon, so no query conflicts on it) and carries a forced
+ * image.  A standby replays it only when no query there holds a pin on the
+ * page, as it replays any pruning; a plain full-page image (log_newpage)
+ * would replace the bytes under such a query.  The caller holds the buffer
+ * exclusively locked, has marked it dirty, and is in a critical section.
+ */
+static inline void
+tsm_log_heap_page_for_cleanup_replay(Buffer buf)
+{
+	xl_heap_prune xlrec;
+	uint8		info;
+	XLogRecPtr	lsn;
+
+	memset(&xlrec, 0, sizeof(xlrec));
+#if PG_VERSION_NUM >= 170000
+	xlrec.flags = XLHP_CLEANUP_LOCK;
+	info = XLOG_HEAP2_PRUNE_ON_ACCESS;
+#elif PG_VERSION_NUM >= 160000
+	xlrec.snapshotConflictHorizon = InvalidTransactionId;
+	info = XLOG_HEAP2_PRUNE;
+#else
+	xlrec.latestRemovedXid = InvalidTransactionId;
+	info = XLOG_HEAP2_PRUNE;
+#endif
+	XLogBeginInsert();
+	XLogRegisterData((char *) &xlrec, SizeOfHeapPrune);
+	XLogRegisterBuffer(0, buf, REGBUF_FORCE_IMAGE | REGBUF_STANDARD);
+	lsn = XLogInsert(RM_HEAP2_ID, info);
+	PageSetLSN(BufferGetPage(buf), lsn);
 }
 
 /* ---- monitoring (tablespace_io.c, coaccess.c) ------------------------ */

@@ -6,9 +6,11 @@ nor holds it up, on the primary or on a standby, while every writer waits.
 Readers still change pages in the switch's window (on-access pruning, with
 WAL): a page so changed and written through a descriptor of the old file
 must not be lost when the link moves.  The worker reconciles every page the
-WAL changed in the window and logs it whole (src/engine/reconcile.c); the
-test forces that eviction with pg_buffercache_evict() (17 and later) and
-checks the page, the standby's copy of it, and the data after later writes.
+WAL changed in the window and logs it whole (src/engine/reconcile.c), a heap
+page in a record a standby replays under a cleanup lock; the tests force
+that eviction with pg_buffercache_evict() (17 and later) and check the page,
+the standby's copy of it, a standby query holding it, and the data after
+later writes.  With data checksums the switch keeps readers out.
 """
 
 import struct
@@ -220,3 +222,62 @@ def test_a_reader_holding_the_page_across_the_window_reads_its_own_rows(primary)
     assert primary.sql("SELECT id, tag, pad FROM sink") == primary.sql(
         "SELECT id, tag, pad FROM churn WHERE id = %s", (rid,))
     assert primary.amcheck() == []
+
+
+@pytest.mark.matrix
+def test_a_standby_query_holding_the_page_reads_its_own_rows(primary):
+    """The standby replayed the pruning of block 0, the primary reads the
+    page back unpruned from the new file (prune_and_evict_block_0), and the
+    switch logs the primary's page whole.  A standby TID scan that holds
+    block 0, with pointers into it, while it sleeps through that record's
+    replay returns its row as the table has it: the record restores the
+    image under a cleanup lock (a pruning record's replay), never under a
+    query's pin, and nothing is cancelled."""
+    if server_version(primary) < 170000:
+        pytest.skip("pg_buffercache_evict() arrived in 17")
+    rows = 300
+    standby = primary.make_standby("standby")
+    job, before, pruned, _ = prune_and_evict_block_0(
+        primary, "churn", rows,
+        "CASE WHEN g <= 2 THEN 'a' ELSE 'row-' || g || '-' || repeat(md5(g::text), 9) END")
+    moved = [p[0] for p, b in zip(pruned, before) if p[1] == 1 and b[1] == 1 and p[2] != b[2]]
+    assert moved, "the pruning moved no live row"
+    victim = moved[len(moved) // 2]
+    primary.wait_for_replay(standby)
+    assert page_items(standby, "churn") == pruned, "the standby did not replay the pruning"
+    read = SlowRead(standby, "SELECT id, tag, pad || pg_sleep(6)::text "
+                             "FROM churn WHERE ctid = '(0,%d)'" % victim)
+    read.start()
+    time.sleep(1.5)                     # its pin on block 0 is taken
+    end_pause(primary)
+    assert wait_job(primary, job, 60) == "done"
+    read.join(60)
+    assert read.error is None, read.error
+    (rid, tag, pad), = read.result
+    assert (rid, tag, pad) == primary.sql("SELECT id, tag::text, pad FROM churn WHERE ctid = "
+                                          "'(0,%d)'" % victim)[0]
+    assert (tag, pad) == ("tag-%d" % rid,
+                          "row-%d-%s" % (rid, primary.sql_scalar("SELECT repeat(md5(%s::text), 9)",
+                                                                 (str(rid),))))
+    primary.wait_for_replay(standby)
+    assert page_items(standby, "churn") == page_items(primary, "churn")
+    assert "conflict with recovery" not in standby.log_contents()
+    assert_same_data(primary, standby, "churn")
+
+
+@pytest.mark.data_checksums
+def test_with_data_checksums_the_switch_keeps_readers_out(primary):
+    """With data checksums a reader's hint bit logs a plain page image,
+    which a standby restores under its queries' pins: the switch takes
+    AccessExclusiveLock although the setting is on, and says so."""
+    primary.sql("CREATE TABLE hot (id int PRIMARY KEY) TABLESPACE ts_a;"
+                "INSERT INTO hot SELECT generate_series(1, 1000)")
+    new_dir = new_location(primary, "relocated")
+    job = relocate_paused_at(primary, "renaming", new_dir)
+    modes = primary.sql("SELECT l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                        "WHERE c.relname = 'hot' AND l.granted AND l.pid <> pg_backend_pid()")
+    end_pause(primary)
+    assert wait_job(primary, job, 60) == "done"
+    assert ("AccessExclusiveLock",) in modes, modes
+    assert ("switch takes AccessExclusiveLock although "
+            "pg_tsmove.relocation_switch_admits_readers is on") in primary.log_contents()

@@ -28,9 +28,21 @@
  *	  changed since the last copy (the mirror marks it dirty) is WAL-logged
  *	  whole as the primary has it (tsm_reconcile_file), under its buffer's
  *	  exclusive lock: standbys and crash recovery converge on it.  Its
- *	  contents are never replaced: a process that holds a pin may keep
- *	  pointers into the page, so only a cleanup lock could allow that, and
- *	  none is needed: the page the primary has is a valid one;
+ *	  contents are never replaced on the primary: a process that holds a pin
+ *	  may keep pointers into the page, so only a cleanup lock could allow
+ *	  that, and none is needed: the page the primary has is a valid one;
+ *	- but a standby may have the other line: a page the primary read back
+ *	  unpruned, pruned there.  Its queries hold pins too, so a heap page is
+ *	  logged in a record whose replay restores the image under a cleanup
+ *	  lock (compat.h, tsm_log_heap_page_for_cleanup_replay: a pruning record
+ *	  that prunes nothing); only readers' pruning moves bytes within a page,
+ *	  and only in heap pages.  Other pages (indexes: readers change only
+ *	  hint flags in them) are logged as plain full-page images;
+ *	- with data checksums or wal_log_hints, a reader's hint bit on such a
+ *	  read-back page is itself logged whole, in the window, as a plain
+ *	  image a standby restores under its queries' pins: nothing can order
+ *	  it after the reconciliation, so the switch does not admit readers
+ *	  there (worker.c takes AccessExclusiveLock);
  *	- a heap page so logged that is not all-visible has its visibility-map
  *	  bits cleared (and the map page logged whole): the map page and the
  *	  heap page may come from two different lines of reader changes, and a
@@ -132,6 +144,7 @@ tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 	{
 		Buffer		buf;
 		Page		page;
+		bool		is_heap;
 		bool		heap_not_all_visible;
 
 		if (blkno >= f->copy_cursor)
@@ -141,17 +154,23 @@ tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 							  NULL, f->permanent);
 		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
 		page = BufferGetPage(buf);
-		/*
-		 * Logged as a non-standard page: the hole between pd_lower and
-		 * pd_upper is data on some (a BRIN revmap page), and these are few.
-		 */
+		/* a heap page: a main fork's page with no special space */
+		is_heap = f->key.fork == MAIN_FORKNUM && !PageIsNew(page) &&
+			PageGetSpecialSize(page) == 0;
 		START_CRIT_SECTION();
 		MarkBufferDirty(buf);
-		if (f->permanent)
+		if (f->permanent && is_heap)
+			tsm_log_heap_page_for_cleanup_replay(buf);
+		else if (f->permanent)
+		{
+			/*
+			 * As a non-standard page: the hole between pd_lower and pd_upper
+			 * is data on some (a BRIN revmap page), and these are few.
+			 */
 			log_newpage_buffer(buf, false);
+		}
 		END_CRIT_SECTION();
-		heap_not_all_visible = f->key.fork == MAIN_FORKNUM && !PageIsNew(page) &&
-			!PageIsAllVisible(page);
+		heap_not_all_visible = is_heap && !PageIsAllVisible(page);
 		UnlockReleaseBuffer(buf);
 		if (heap_not_all_visible)
 			clear_visibility_bits(fs, f, blkno);

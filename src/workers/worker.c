@@ -384,6 +384,34 @@ try_switch(TsmJob *job)
 }
 
 /*
+ * The mode of the switch's relation locks: AccessExclusiveLock, or for a
+ * relocation with pg_tsmove.relocation_switch_admits_readers,
+ * ExclusiveLock, which lets readers on (frontend.h).  Not where hint bits
+ * are WAL-logged (data checksums, wal_log_hints): a reader's hint bit on a
+ * page read back in the window is logged as a plain image, which a standby
+ * restores under its queries' pins (reconcile.c).  Fixed for the job: on
+ * 15 to 19 neither setting changes while the server runs.
+ */
+static LOCKMODE
+switch_lockmode_for(TsmJob *job)
+{
+	if (job->row.kind != TSM_KIND_RELOCATE || !tsm_relocation_switch_admits_readers)
+		return AccessExclusiveLock;
+	if (XLogHintBitIsNeeded())
+	{
+		ereport(LOG,
+				(errmsg("pg_tsmove job %lld: the switch takes AccessExclusiveLock although "
+						"pg_tsmove.relocation_switch_admits_readers is on",
+						(long long) job->row.job_id),
+				 errdetail("With data checksums or wal_log_hints, a page image that a "
+						   "reader's hint bit logs during the switch could reach a standby "
+						   "query that holds the page.")));
+		return AccessExclusiveLock;
+	}
+	return ExclusiveLock;
+}
+
+/*
  * catching_up: copy again what changed until the backlog is small enough
  * for a short switch, then try the switch; when it cannot happen now, back
  * off while mirroring and try again.
@@ -667,8 +695,7 @@ run_next_job(void)
 		job->ctl.pause_requested = job->row.pause_requested;
 		job->ctl.others_wait = (job->row.kind == TSM_KIND_MOVE &&
 								job->row.mode != TSM_MODE_ONLINE);
-		job->switch_lockmode = job->row.kind == TSM_KIND_RELOCATE &&
-			tsm_relocation_switch_admits_readers ? ExclusiveLock : AccessExclusiveLock;
+		job->switch_lockmode = switch_lockmode_for(job);
 		tsm_switch_block_init(&job->block, job->row.job_id, job->row.relname,
 							  job->row.submitted_by, job->switch_lockmode);
 		if (job->row.resuming)
