@@ -525,6 +525,36 @@ tsm_parse_relation_file_name(const char *name, TsmRelFileNumber *number,
 /* ---- the reconciliation of a switch that admits readers (reconcile.c) -- */
 
 /*
+ * Whether the record may move tuples within its heap page (block 0): a
+ * pruning that redirects, kills or frees line pointers (and compacts the
+ * page), or a 15/16 VACUUM.  A 19 reader's record that only sets the
+ * visibility-map bits and the page's flag does not; freezing rewrites
+ * tuple headers in place.
+ */
+static inline bool
+tsm_record_moves_heap_tuples(XLogReaderState *record)
+{
+	uint8		info = XLogRecGetInfo(record) & XLOG_HEAP_OPMASK;
+
+	if (XLogRecGetRmid(record) != RM_HEAP2_ID)
+		return false;
+#if PG_VERSION_NUM >= 170000
+	if (info == XLOG_HEAP2_PRUNE_ON_ACCESS || info == XLOG_HEAP2_PRUNE_VACUUM_SCAN ||
+		info == XLOG_HEAP2_PRUNE_VACUUM_CLEANUP)
+	{
+		xl_heap_prune xlrec;
+
+		memcpy(&xlrec, XLogRecGetData(record), SizeOfHeapPrune);
+		return (xlrec.flags & (XLHP_HAS_REDIRECTIONS | XLHP_HAS_DEAD_ITEMS |
+							   XLHP_HAS_NOW_UNUSED_ITEMS)) != 0;
+	}
+	return false;
+#else
+	return info == XLOG_HEAP2_PRUNE || info == XLOG_HEAP2_VACUUM;
+#endif
+}
+
+/*
  * WAL-log buf's heap page whole in a record whose replay restores the image
  * under a cleanup lock: a heap pruning record that prunes nothing (no item,
  * no conflict horizon, so no query conflicts on it) and carries a forced

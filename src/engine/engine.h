@@ -168,9 +168,22 @@ struct TsmFileSet
 	 * read from, if its buffer is dirty (reconcile.c).
 	 */
 	bool		flush_source;
+	/*
+	 * From then on, the blocks whose tuples a record moved within their
+	 * page (a pruning: TsmMovedBlock), for the reconciliation of that
+	 * window; NULL when not tracked (reconcile.c).
+	 */
+	HTAB	   *moved;
 	BufferAccessStrategy strategy;
 	MemoryContext cxt;
 };
+
+/* A block of a file whose tuples moved within the page (fs->moved). */
+typedef struct TsmMovedBlock
+{
+	TsmFileKey	file;
+	BlockNumber blkno;
+} TsmMovedBlock;
 
 /* The WAL reader that turns changes of copied blocks into dirty blocks. */
 typedef struct TsmMirror
@@ -201,6 +214,9 @@ extern bool tsm_file_mark_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber blkno);
 extern bool tsm_file_take_dirty(TsmFileSet *fs, TsmFile *f, BlockNumber *blkno);
 extern void tsm_file_truncate(TsmFileSet *fs, TsmFile *f, BlockNumber nblocks);
 extern void tsm_file_drop(TsmFileSet *fs, TsmFile *f);
+extern void tsm_fileset_track_moved(TsmFileSet *fs);
+extern void tsm_file_mark_moved(TsmFileSet *fs, TsmFile *f, BlockNumber blkno);
+extern bool tsm_file_was_moved(TsmFileSet *fs, TsmFile *f, BlockNumber blkno);
 extern int64 tsm_fileset_backlog(TsmFileSet *fs);
 extern void tsm_fileset_free(TsmFileSet *fs);
 extern BlockNumber tsm_source_nblocks(TsmFile *f);

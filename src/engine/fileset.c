@@ -256,6 +256,57 @@ tsm_file_drop(TsmFileSet *fs, TsmFile *f)
 }
 
 /*
+ * From now on, note the blocks whose tuples a record moves within their
+ * page (mirror.c), forgetting those noted before: a switch attempt's
+ * window (reconcile.c).
+ */
+void
+tsm_fileset_track_moved(TsmFileSet *fs)
+{
+	HASHCTL		hctl;
+
+	if (fs->moved)
+		hash_destroy(fs->moved);
+	hctl.keysize = sizeof(TsmMovedBlock);
+	hctl.entrysize = sizeof(TsmMovedBlock);
+	hctl.hcxt = fs->cxt;
+	fs->moved = hash_create("pg_tsmove moved blocks", 64, &hctl,
+							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+moved_key(TsmMovedBlock *key, TsmFile *f, BlockNumber blkno)
+{
+	memset(key, 0, sizeof(*key));
+	key->file = f->key;
+	key->blkno = blkno;
+}
+
+/* A record moved tuples within block blkno of f (if tracked). */
+void
+tsm_file_mark_moved(TsmFileSet *fs, TsmFile *f, BlockNumber blkno)
+{
+	TsmMovedBlock key;
+
+	if (fs->moved == NULL)
+		return;
+	moved_key(&key, f, blkno);
+	(void) hash_search(fs->moved, &key, HASH_ENTER, NULL);
+}
+
+/* Whether a record moved tuples within block blkno of f since tracked. */
+bool
+tsm_file_was_moved(TsmFileSet *fs, TsmFile *f, BlockNumber blkno)
+{
+	TsmMovedBlock key;
+
+	if (fs->moved == NULL)
+		return false;
+	moved_key(&key, f, blkno);
+	return hash_search(fs->moved, &key, HASH_FIND, NULL) != NULL;
+}
+
+/*
  * Blocks left to copy before the switch, by the bulk pass or again: the
  * catch-up's measure.  Files copied whole under the switch's locks do not
  * count: that copy does not shrink with time.
@@ -271,6 +322,9 @@ tsm_fileset_free(TsmFileSet *fs)
 {
 	if (fs->files)
 		hash_destroy(fs->files);
+	if (fs->moved)
+		hash_destroy(fs->moved);
+	fs->moved = NULL;
 	if (fs->order)
 		pfree(fs->order);
 	if (fs->strategy)

@@ -181,6 +181,7 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 	RmgrId		rmid = XLogRecGetRmid(reader);
 	bool		follow = OidIsValid(fs->follow_tablespace);
 	bool		heap_record = (rmid == RM_HEAP_ID || rmid == RM_HEAP2_ID);
+	bool		moves_tuples = fs->moved != NULL && tsm_record_moves_heap_tuples(reader);
 
 	if (rmid == RM_SMGR_ID)
 	{
@@ -228,6 +229,8 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 		{
 			if (tsm_file_mark_dirty(fs, f, blkno))
 				fs->ctl->pages_changed++;
+			if (moves_tuples && block_id == 0)
+				tsm_file_mark_moved(fs, f, blkno);
 		}
 		else if (blkno >= f->nblocks)
 			tsm_file_set_extent(fs, f, blkno + 1, f->copy_cursor);	/* it grew */

@@ -32,12 +32,16 @@
  *	  may keep pointers into the page, so only a cleanup lock could allow
  *	  that, and none is needed: the page the primary has is a valid one;
  *	- but a standby may have the other line: a page the primary read back
- *	  unpruned, pruned there.  Its queries hold pins too, so a heap page is
- *	  logged in a record whose replay restores the image under a cleanup
- *	  lock (compat.h, tsm_log_heap_page_for_cleanup_replay: a pruning record
- *	  that prunes nothing); only readers' pruning moves bytes within a page,
- *	  and only in heap pages.  Other pages (indexes: readers change only
- *	  hint flags in them) are logged as plain full-page images;
+ *	  unpruned, pruned there.  Its queries hold pins too, so a heap page
+ *	  that a pruning changed in the window (the mirror notes those:
+ *	  fs->moved, from the drain under the locks on) is logged in a record
+ *	  whose replay restores the image under a cleanup lock (compat.h,
+ *	  tsm_log_heap_page_for_cleanup_replay: a pruning record that prunes
+ *	  nothing).  Only readers' pruning moves bytes within a page, and only
+ *	  in heap pages; every other page (a heap page whose records only set
+ *	  flags or visibility bits, on 19; an index page, whose readers set only
+ *	  hint flags) is the same page byte for byte on both lines but for
+ *	  those, and is logged as a plain full-page image;
  *	- with data checksums or wal_log_hints, a reader's hint bit on such a
  *	  read-back page is itself logged whole, in the window, as a plain
  *	  image a standby restores under its queries' pins: nothing can order
@@ -159,7 +163,7 @@ tsm_reconcile_file(TsmFileSet *fs, TsmFile *f)
 			PageGetSpecialSize(page) == 0;
 		START_CRIT_SECTION();
 		MarkBufferDirty(buf);
-		if (f->permanent && is_heap)
+		if (f->permanent && is_heap && tsm_file_was_moved(fs, f, blkno))
 			tsm_log_heap_page_for_cleanup_replay(buf);
 		else if (f->permanent)
 		{

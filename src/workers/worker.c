@@ -349,6 +349,9 @@ try_switch(TsmJob *job)
 	/* Nothing changes the files now; make sure the reader sees everything. */
 	tsm_flush_all_wal();
 	tsm_mirror_drain(&job->mirror, fs);
+	/* what readers prune from here on is logged for a cleanup lock's replay */
+	if (job->switch_lockmode != AccessExclusiveLock)
+		tsm_fileset_track_moved(fs);
 	if (!job->front->switch_check(job))
 	{
 		job->front->switch_release(job);
