@@ -11,7 +11,7 @@ OBJS         = src/pg_tsmove.o \
                src/jobs/job_control.o src/jobs/pacing.o src/jobs/submit.o \
                src/engine/fileset.o src/engine/copy.o src/engine/mirror.o \
                src/engine/reconcile.o \
-               src/engine/resume.o src/engine/durable_file.o \
+               src/engine/resume.o src/jobs/durable_file.o \
                src/engine/relation_storage.o src/engine/switch_blockers.o \
                src/relation/relation_move.o src/relation/relation_switch.o \
                src/relocation/relocation_files.o src/relocation/relocation_switch.o \

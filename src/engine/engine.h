@@ -22,8 +22,7 @@
  * reconcile.c (the pages readers changed in a switch's window: frontend.h),
  * resume.c (resume points, resume.h), relation_storage.c (dropping a
  * relation move's files, relation_storage.h), switch_blockers.c (who blocks
- * a switch, and cancelling them, switch_blockers.h), durable_file.c (a
- * small file written whole and durably, durable_file.h), and frontend.h,
+ * a switch, and cancelling them, switch_blockers.h), and frontend.h,
  * the contract between the worker and a front end.  engine/ calls only
  * jobs/; workers/, relation/, relocation/ and api/ call it, and only
  * workers/worker.c calls copy.c and mirror.c.

@@ -52,7 +52,7 @@
 #include "replication/slot.h"
 #include "storage/fd.h"
 
-#include "engine/durable_file.h"
+#include "jobs/durable_file.h"
 #include "engine/relation_storage.h"
 #include "engine/resume.h"
 

@@ -16,6 +16,7 @@
  *	queue.c			the shared state: worker slots, pending databases,
  *					the preload check (queue.h, which has the lock rules)
  *	settings.c		the GUCs' variables, declared below
+ *	durable_file.c	a small file written whole and durably (durable_file.h)
  *
  * The move's folders, top down (pg_tsmove.h has the whole map; each
  * folder's header says what it may call; tools/check-layers.py checks it):

@@ -36,7 +36,7 @@
 #include "miscadmin.h"
 #include "storage/fd.h"
 
-#include "engine/durable_file.h"
+#include "jobs/durable_file.h"
 #include "relocation/relocation_marks.h"
 
 static void

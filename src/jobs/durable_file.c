@@ -17,7 +17,7 @@
 
 #include "storage/fd.h"
 
-#include "engine/durable_file.h"
+#include "jobs/durable_file.h"
 
 void
 tsm_write_file_durably(const char *path, const char *data, int len)
