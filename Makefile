@@ -4,21 +4,21 @@
 # file only from the top directory when EXTENSION is set, so this Makefile
 # installs it itself and points DATA at the extension directory.
 
-EXTVERSION   = 0.5
+EXTVERSION   = 0.6
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o \
                src/jobs/settings.o src/jobs/queue.o src/jobs/job_record.o \
                src/jobs/job_control.o src/jobs/pacing.o src/jobs/submit.o \
                src/engine/fileset.o src/engine/copy.o src/engine/mirror.o \
                src/engine/reconcile.o \
-               src/engine/resume.o src/jobs/durable_file.o \
+               src/engine/resume.o src/jobs/durable_file.o src/jobs/local_jobs.o \
                src/engine/relation_storage.o src/engine/switch_blockers.o \
                src/relation/relation_move.o src/relation/relation_switch.o \
                src/relocation/relocation_files.o src/relocation/relocation_switch.o \
                src/relocation/relocation_finish.o src/relocation/relocation_recovery.o \
                src/relocation/relocation_backups.o src/relocation/relocation_barrier.o \
                src/relocation/relocation_dbcatalog.o src/relocation/relocation_marks.o \
-               src/relocation/relocation_guard.o \
+               src/relocation/relocation_guard.o src/relocation/relocation_standby.o \
                src/workers/worker.o src/workers/recovery.o src/workers/launcher.o \
                src/api/job_api.o src/api/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \

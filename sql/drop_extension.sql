@@ -5,7 +5,7 @@ SELECT pg_catalog.count(*) AS leftover_objects FROM pg_catalog.pg_class WHERE re
 SELECT pg_catalog.count(*) AS leftover_schema FROM pg_catalog.pg_namespace WHERE nspname = 'tsmove';
 CREATE EXTENSION pg_tsmove;
 DROP EXTENSION pg_tsmove;
--- the upgrade from 0.2 adds wait_for() (and, through 0.5, the autopilot)
+-- the upgrade from 0.2 adds wait_for() (and, through 0.5, the autopilot; 0.6, local_jobs())
 CREATE EXTENSION pg_tsmove VERSION '0.2';
 SELECT pg_catalog.to_regprocedure('tsmove.wait_for(bigint, interval, text)') IS NULL AS no_wait_for;
 ALTER EXTENSION pg_tsmove UPDATE;

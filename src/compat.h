@@ -172,7 +172,11 @@ tsm_smgr_put_block(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
 static inline void
 tsm_flush_all_wal(void)
 {
-	XLogRecPtr	upto = GetXLogInsertRecPtr();
+	XLogRecPtr	upto;
+
+	if (RecoveryInProgress())
+		return;					/* a standby writes none */
+	upto = GetXLogInsertRecPtr();
 
 	if (XLogSegmentOffset(upto, wal_segment_size) == SizeOfXLogLongPHD)
 		upto -= SizeOfXLogLongPHD;

@@ -67,7 +67,7 @@ tsm_shmem_request(void)
 	RequestAddinShmemSpace(tsm_queue_shmem_size());
 	RequestAddinShmemSpace(tsm_backups_shmem_size());
 	RequestAddinShmemSpace(tsm_autopilot_shmem_size());
-	RequestNamedLWLockTranche("pg_tsmove", 1);
+	RequestNamedLWLockTranche("pg_tsmove", 2);	/* jobs/queue.c */
 	tsm_monitor_shmem_request();
 }
 

@@ -56,6 +56,7 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
@@ -64,6 +65,7 @@
 #include "utils/timestamp.h"
 
 #include "jobs/job_record.h"
+#include "jobs/local_jobs.h"
 #include "engine/relation_storage.h"
 #include "engine/resume.h"
 #include "jobs/submit.h"
@@ -78,6 +80,7 @@ PG_FUNCTION_INFO_V1(tsm_queue_note_sql);
 PG_FUNCTION_INFO_V1(tsm_pause);
 PG_FUNCTION_INFO_V1(tsm_resume);
 PG_FUNCTION_INFO_V1(tsm_purge_jobs);
+PG_FUNCTION_INFO_V1(tsm_local_jobs);
 
 /* Poll interval of tsmove.wait() and wait_for(). */
 #define TSM_WAIT_POLL_MS 20
@@ -679,7 +682,9 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 	{
 		TsmWorkerSlot *slot = &tsm_shared->slots[i];
 
-		if (slot->in_use && slot->dbid == MyDatabaseId && slot->job_id != 0)
+		/* a local job (a standby's relocation) shows in every database */
+		if (slot->in_use && slot->job_id != 0 &&
+			(slot->dbid == MyDatabaseId || tsm_job_is_local(slot->job_id)))
 			copies[ncopies++] = *slot;
 	}
 	LWLockRelease(tsm_shared->lock);
@@ -714,6 +719,115 @@ tsm_job_progress(PG_FUNCTION_ARGS)
 		values[16] = Float8GetDatum(p->pace_mb_s);
 		nulls[16] = (p->pace_mb_s < 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * tsmove.local_jobs() RETURNS SETOF tsmove.job
+ *
+ * This server's local jobs (local_jobs.h) as rows of tsmove.job, each
+ * column filled by its name, so that the row type's order does not matter.
+ */
+Datum
+tsm_local_jobs(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	desc;
+	ListCell   *lc;
+	Datum		no_oids;
+
+	tsm_require_preload();
+	InitMaterializedSRF(fcinfo, 0);
+	desc = rsinfo->setDesc;
+	no_oids = PointerGetDatum(construct_empty_array(OIDOID));
+	foreach(lc, tsm_localjob_list())
+	{
+		TsmLocalJob *job = lfirst(lc);
+		Datum	   *values = palloc0(sizeof(Datum) * desc->natts);
+		bool	   *nulls = palloc(sizeof(bool) * desc->natts);
+
+		for (int i = 0; i < desc->natts; i++)
+		{
+			const char *name = NameStr(TupleDescAttr(desc, i)->attname);
+
+			nulls[i] = false;
+			if (TupleDescAttr(desc, i)->attisdropped)
+				nulls[i] = true;
+			else if (strcmp(name, "job_id") == 0)
+				values[i] = Int64GetDatum(job->job_id);
+			else if (strcmp(name, "relid") == 0 || strcmp(name, "owner") == 0 ||
+					 strcmp(name, "submitted_by") == 0 ||
+					 strcmp(name, "source_tablespace") == 0 ||
+					 strcmp(name, "target_tablespace") == 0)
+				values[i] = ObjectIdGetDatum(strcmp(name, "relid") == 0 ? InvalidOid :
+											 strcmp(name, "owner") == 0 ? job->owner :
+											 strcmp(name, "submitted_by") == 0 ? job->submitted_by :
+											 job->spc);
+			else if (strcmp(name, "relname") == 0)
+				values[i] = CStringGetTextDatum(job->spcname);
+			else if (strcmp(name, "relkind") == 0)
+				values[i] = CharGetDatum(TSM_RELKIND_TABLESPACE);
+			else if (strcmp(name, "mode") == 0)
+				values[i] = CStringGetTextDatum("online");
+			else if (strcmp(name, "max_rate_mb") == 0)
+				values[i] = DirectFunctionCall1(float8_numeric, Float8GetDatum(job->max_rate_mb));
+			else if (strcmp(name, "state") == 0)
+				values[i] = CStringGetTextDatum(tsm_state_name(job->state));
+			else if (strcmp(name, "members") == 0 || strcmp(name, "old_relfilenodes") == 0)
+				values[i] = no_oids;
+			else if (strcmp(name, "blocks_total") == 0)
+				values[i] = Int64GetDatum(job->blocks_total);
+			else if (strcmp(name, "blocks_copied") == 0)
+				values[i] = Int64GetDatum(job->blocks_copied);
+			else if (strcmp(name, "blocks_recopied") == 0)
+				values[i] = Int64GetDatum(job->blocks_recopied);
+			else if (strcmp(name, "bytes_written") == 0)
+				values[i] = Int64GetDatum(job->bytes_written);
+			else if (strcmp(name, "wal_bytes") == 0)
+				values[i] = Int64GetDatum(job->wal_bytes);
+			else if (strcmp(name, "blocks_under_lock") == 0)
+				values[i] = Int64GetDatum(job->blocks_under_lock);
+			else if (strcmp(name, "switch_attempts") == 0)
+				values[i] = Int32GetDatum(job->switch_attempts);
+			else if (strcmp(name, "restarts") == 0)
+				values[i] = Int32GetDatum(job->restarts);
+			else if (strcmp(name, "lock_wait_ms") == 0)
+				values[i] = Float8GetDatum(job->lock_wait_ms);
+			else if (strcmp(name, "switch_ms") == 0)
+			{
+				values[i] = Float8GetDatum(job->switch_ms);
+				nulls[i] = job->switch_ms < 0;
+			}
+			else if (strcmp(name, "submitted_at") == 0)
+				values[i] = TimestampTzGetDatum(job->submitted_at);
+			else if (strcmp(name, "started_at") == 0 || strcmp(name, "finished_at") == 0)
+			{
+				TimestampTz t = name[0] == 's' ? job->started_at : job->finished_at;
+
+				values[i] = TimestampTzGetDatum(t);
+				nulls[i] = t == 0;
+			}
+			else if (strcmp(name, "error") == 0)
+			{
+				values[i] = CStringGetTextDatum(job->error);
+				nulls[i] = job->error[0] == '\0';
+			}
+			else if (strcmp(name, "job_kind") == 0)
+				values[i] = CStringGetTextDatum("relocate");
+			else if (strcmp(name, "old_location") == 0)
+			{
+				values[i] = CStringGetTextDatum(job->old_location);
+				nulls[i] = job->old_location[0] == '\0';
+			}
+			else if (strcmp(name, "new_location") == 0)
+				values[i] = CStringGetTextDatum(job->new_location);
+			else if (strcmp(name, "pause_requested") == 0)
+				values[i] = BoolGetDatum(job->pause_requested);
+			else
+				nulls[i] = true;	/* parent_job, new_relfilenodes */
+		}
+		tuplestore_putvalues(rsinfo->setResult, desc, values, nulls);
 	}
 	return (Datum) 0;
 }

@@ -48,6 +48,7 @@
 #include "utils/syscache.h"
 
 #include "jobs/job_record.h"
+#include "jobs/local_jobs.h"
 #include "jobs/submit.h"
 
 PG_FUNCTION_INFO_V1(tsm_relocate_tablespace);
@@ -64,6 +65,56 @@ tablespace_argument(const char *name)
 				 errmsg("tablespace \"%s\" does not exist", name),
 				 errhint("List tablespaces with \\db or SELECT spcname FROM pg_tablespace.")));
 	return spc;
+}
+
+/*
+ * relocate_tablespace() on a hot standby: this server's own copy of the
+ * tablespace moves, recorded as a local job (local_jobs.h), which the
+ * launcher runs at once, whether or not the caller's transaction commits
+ * (a standby's transactions write nothing).  The primary is not involved.
+ */
+static int64
+relocate_on_standby(const char *spcname, const char *new_location, double rate)
+{
+	Oid			spc;
+	int64		other;
+	HeapTuple	tuple;
+	TsmLocalJob job;
+
+	if (max_replication_slots <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_tsmove requires max_replication_slots > 0 for online moves"),
+				 errdetail("A relocation keeps the WAL it has yet to read with a replication slot."),
+				 errhint("Raise max_replication_slots and restart the server.")));
+	spc = tablespace_argument(spcname);
+	(void) tsm_check_relocatable(spc, spcname, new_location);
+	other = tsm_localjob_active_on_tablespace(spc);
+	if (other != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("tablespace \"%s\" is already being relocated by job %lld",
+						spcname, (long long) other),
+				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
+						 (long long) other, (long long) other)));
+
+	tuple = SearchSysCache1(TABLESPACEOID, ObjectIdGetDatum(spc));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for tablespace %u", spc);
+	memset(&job, 0, sizeof(job));
+	job.state = TSM_QUEUED;
+	job.dbid = MyDatabaseId;
+	job.spc = spc;
+	strlcpy(job.spcname, spcname, sizeof(job.spcname));
+	job.owner = ((Form_pg_tablespace) GETSTRUCT(tuple))->spcowner;
+	ReleaseSysCache(tuple);
+	job.submitted_by = GetUserId();
+	job.max_rate_mb = rate;
+	job.switch_ms = -1;
+	strlcpy(job.new_location, new_location, sizeof(job.new_location));
+	(void) tsm_localjob_insert(&job);
+	tsm_wake_launcher();
+	return job.job_id;
 }
 
 /*
@@ -100,6 +151,8 @@ tsm_relocate_tablespace(PG_FUNCTION_ARGS)
 	new_location = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	canonicalize_path(new_location);
 	rate = tsm_rate_argument(fcinfo, 2);
+	if (RecoveryInProgress())
+		PG_RETURN_INT64(relocate_on_standby(spcname, new_location, rate));
 	tsm_check_server_can_move(true);
 	spc = tablespace_argument(spcname);
 

@@ -51,6 +51,8 @@
  */
 #include "postgres.h"
 
+#include "access/xlogrecovery.h"
+
 #include "access/rmgr.h"
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -250,6 +252,18 @@ mirror_record(TsmFileSet *fs, XLogReaderState *reader)
 }
 
 /*
+ * The end of the WAL the mirror may read: all that is inserted, or on a
+ * standby all that is replayed (a record is applied to the pages before
+ * the mirror sees it, so a page copied before its record's replay is
+ * marked dirty again).
+ */
+static XLogRecPtr
+wal_end(void)
+{
+	return RecoveryInProgress() ? GetXLogReplayRecPtr(NULL) : GetXLogInsertRecPtr();
+}
+
+/*
  * Fail if the slot gave up its WAL (max_slot_wal_keep_size), or keeps more
  * than pg_tsmove.max_retained_wal.
  */
@@ -270,7 +284,7 @@ mirror_check_retention(TsmFileSet *fs)
 				 errmsg("the WAL needed to mirror the move of \"%s\" was removed",
 						fs->ctl->label),
 				 errhint("Raise max_slot_wal_keep_size, or give the move a higher rate.")));
-	if (GetXLogInsertRecPtr() - restart_lsn > (uint64) tsm_max_retained_wal_mb * 1024 * 1024)
+	if (wal_end() - restart_lsn > (uint64) tsm_max_retained_wal_mb * 1024 * 1024)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("the move of \"%s\" kept more than pg_tsmove.max_retained_wal of WAL",
@@ -372,7 +386,7 @@ tsm_mirror_start(TsmMirror *mirror, MemoryContext cxt, const char *slot_name,
 			ReplicationSlotSave();
 		}
 		ReplicationSlotsComputeRequiredLSN();
-		mirror->start_lsn = GetXLogInsertRecPtr();
+		mirror->start_lsn = wal_end();
 	}
 	else
 	{

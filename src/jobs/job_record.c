@@ -54,6 +54,7 @@
 #include "utils/snapmgr.h"
 
 #include "jobs/job_record.h"
+#include "jobs/local_jobs.h"
 
 PG_FUNCTION_INFO_V1(tsm_job_ignore_replicated_change);
 
@@ -116,12 +117,6 @@ tsm_state_from_name(const char *name)
 	return TSM_FAILED;			/* keep compiler quiet */
 }
 
-bool
-tsm_state_is_final(TsmJobState state)
-{
-	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED ||
-		state == TSM_SKIPPED;
-}
 
 const char *
 tsm_mode_name(TsmMoveMode mode)
@@ -337,6 +332,18 @@ tsm_jobrec_read(int64 job_id, bool latest, TsmJobInfo *info)
 	JobSql		ctx;
 	bool		found;
 
+	if (tsm_job_is_local(job_id))
+	{
+		TsmLocalJob local;
+
+		if (!tsm_localjob_read(job_id, &local))
+			return false;
+		info->state = local.state;
+		info->submitted_by = local.submitted_by;
+		info->owner = local.owner;
+		info->submitted_here = false;
+		return true;
+	}
 	jobsql_begin(&ctx);
 	if (latest)
 		PushActiveSnapshot(GetLatestSnapshot());
@@ -576,6 +583,11 @@ tsm_jobrec_record_old_location(int64 job_id, const char *old_location)
 	Oid			argtypes[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 
+	if (tsm_job_is_local(job_id))
+	{
+		tsm_localjob_record_old_location(job_id, old_location);
+		return;
+	}
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(old_location);
 	(void) jobsql_update("UPDATE tsmove.job SET old_location = $2 WHERE job_id = $1",
@@ -594,6 +606,11 @@ tsm_jobrec_save(int64 job_id, const TsmProgress *progress, const char *error)
 	Datum		values[12];
 	char		nulls[12];
 
+	if (tsm_job_is_local(job_id))
+	{
+		tsm_localjob_save(job_id, progress, error);
+		return;
+	}
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(tsm_state_name(progress->state));
@@ -637,6 +654,11 @@ tsm_jobrec_set_state(int64 job_id, TsmJobState state, const char *error)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 
+	if (tsm_job_is_local(job_id))
+	{
+		tsm_localjob_set_state(job_id, state, error);
+		return;
+	}
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(tsm_state_name(state));
 	if (error)
@@ -666,6 +688,11 @@ tsm_jobrec_cancel_queued(int64 job_id, TsmUnfinishedJob *storage)
 	JobSql		ctx;
 	bool		cancelled;
 
+	if (tsm_job_is_local(job_id))
+	{
+		memset(storage, 0, sizeof(*storage));
+		return tsm_localjob_cancel_queued(job_id);
+	}
 	memset(storage, 0, sizeof(*storage));
 	jobsql_begin(&ctx);
 	jobsql_run("UPDATE tsmove.job SET state = 'cancelled', "
@@ -700,6 +727,11 @@ tsm_jobrec_set_rate(int64 job_id, double max_rate_mb)
 	Oid			argtypes[2] = {INT8OID, FLOAT8OID};
 	Datum		values[2];
 
+	if (tsm_job_is_local(job_id))
+	{
+		tsm_localjob_set_rate(job_id, max_rate_mb);
+		return;
+	}
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Float8GetDatum(max_rate_mb);
 	(void) jobsql_update("UPDATE tsmove.job SET max_rate_mb = $2 WHERE job_id = $1",
@@ -775,6 +807,8 @@ tsm_jobrec_request_pause(int64 job_id, bool pause)
 	JobSql		ctx;
 	TsmJobState state = TSM_DONE;
 
+	if (tsm_job_is_local(job_id))
+		return tsm_localjob_request_pause(job_id, pause);
 	values[0] = Int64GetDatum(job_id);
 	values[1] = BoolGetDatum(pause);
 	jobsql_begin(&ctx);
@@ -821,6 +855,12 @@ tsm_jobrec_is_unfinished(int64 job_id)
 	JobSql		ctx;
 	bool		found;
 
+	if (tsm_job_is_local(job_id))
+	{
+		TsmLocalJob local;
+
+		return tsm_localjob_read(job_id, &local) && !tsm_state_is_final(local.state);
+	}
 	jobsql_begin(&ctx);
 	PushActiveSnapshot(GetLatestSnapshot());
 	jobsql_run("SELECT FROM tsmove.job WHERE job_id = $1 AND state NOT IN "

@@ -92,7 +92,6 @@ typedef struct TsmUnfinishedJob
 typedef void (*TsmUnfinishedJobCallback) (const TsmUnfinishedJob *job, void *arg);
 
 extern const char *tsm_state_name(TsmJobState state);
-extern bool tsm_state_is_final(TsmJobState state);
 extern TsmJobState tsm_state_from_name(const char *name);
 extern const char *tsm_mode_name(TsmMoveMode mode);
 extern TsmMoveMode tsm_mode_from_name(const char *name, bool missing_ok, bool *found);

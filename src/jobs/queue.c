@@ -42,7 +42,7 @@ tsm_queue_shmem_size(void)
 
 /*
  * Create or attach the shared state, in the shared-memory start-up hook,
- * under AddinShmemInitLock.  Its lock is the "pg_tsmove" tranche that
+ * under AddinShmemInitLock.  Its locks are the "pg_tsmove" tranche that
  * _PG_init requested.
  */
 void
@@ -54,7 +54,8 @@ tsm_queue_shmem_init(void)
 	if (!found)
 	{
 		memset(tsm_shared, 0, tsm_queue_shmem_size());
-		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))->lock;
+		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))[0].lock;
+		tsm_shared->local_jobs_lock = &(GetNamedLWLockTranche("pg_tsmove"))[1].lock;
 		tsm_shared->nslots = max_worker_processes;
 	}
 }
@@ -124,8 +125,8 @@ tsm_pending_forget_if_idle(TsmPendingDb *e)
 		e->dbid = InvalidOid;
 }
 
-static void
-wake_launcher(void)
+void
+tsm_wake_launcher(void)
 {
 	Latch	   *latch;
 
@@ -154,7 +155,7 @@ tsm_mark_database_pending(Oid dbid, bool needs_recovery)
 		e->needs_recovery |= needs_recovery;
 	}
 	LWLockRelease(tsm_shared->lock);
-	wake_launcher();
+	tsm_wake_launcher();
 }
 
 /*
@@ -185,7 +186,7 @@ tsm_worker_exited(Oid dbid, bool queue_empty, bool died_in_job)
 	if (e)
 		tsm_pending_forget_if_idle(e);
 	LWLockRelease(tsm_shared->lock);
-	wake_launcher();
+	tsm_wake_launcher();
 }
 
 /*
@@ -262,7 +263,9 @@ tsm_find_slot_for_job(int64 job_id)
 	{
 		TsmWorkerSlot *slot = &tsm_shared->slots[i];
 
-		if (slot->in_use && slot->dbid == MyDatabaseId && slot->job_id == job_id)
+		/* a local job's worker (a standby's relocation) is in any database */
+		if (slot->in_use && slot->job_id == job_id &&
+			(slot->dbid == MyDatabaseId || slot->local))
 			return slot;
 	}
 	return NULL;

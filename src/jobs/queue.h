@@ -69,6 +69,14 @@ typedef enum TsmJobState
 								 * tsmove.resume() */
 } TsmJobState;
 
+/* Whether a job in this state has ended. */
+static inline bool
+tsm_state_is_final(TsmJobState state)
+{
+	return state == TSM_DONE || state == TSM_FAILED || state == TSM_CANCELLED ||
+		state == TSM_SKIPPED;
+}
+
 /* What a job does: move one relation, or relocate a whole tablespace. */
 typedef enum TsmJobKind
 {
@@ -114,6 +122,8 @@ typedef struct TsmWorkerSlot
 	int			pid;			/* 0 until the worker runs */
 	Latch	   *latch;
 	bool		queue_empty;	/* it exits because nothing was left to claim */
+	bool		local;			/* it runs this server's local jobs
+								 * (local_jobs.h), not tsmove.job's */
 
 	/* the job it runs now; 0 between jobs */
 	int64		job_id;
@@ -141,6 +151,7 @@ typedef struct TsmPendingDb
 typedef struct TsmShared
 {
 	LWLock	   *lock;
+	LWLock	   *local_jobs_lock;	/* the files of local jobs (local_jobs.h) */
 	Latch	   *launcher_latch; /* NULL while no launcher runs */
 	bool		pending_overflow;	/* a database did not fit in pending[] */
 
@@ -169,6 +180,7 @@ extern int	tsm_running_workers_locked(void);
 extern int	tsm_running_workers(void);
 extern void tsm_queue_note(Oid dbid, char *note, Size len);
 extern TsmWorkerSlot *tsm_find_slot_for_job(int64 job_id);
+extern void tsm_wake_launcher(void);
 extern int	tsm_running_relocations(Oid *spcs, int64 *jobs, int max);
 
 #endif							/* TSM_QUEUE_H */

@@ -19,6 +19,7 @@
  *	relocation_marks.c		which data directory a new location belongs to
  *	relocation_guard.c		the creation guard: the utility hook's lock that
  *							keeps new storage out of the switch's window
+ *	relocation_standby.c	a hot standby's switch: replay paused, not locks
  *
  * Who calls whom: the worker (workers/worker.c) calls the front end's
  * functions through its TsmFrontEnd (engine/frontend.h); the recovery
@@ -60,6 +61,9 @@ extern void tsm_guard_init(void);
 extern void tsm_guard_locktag(LOCKTAG *tag);
 extern void tsm_guard_holders(char *buf, Size len);
 extern void tsm_guard_drain(TsmJobCtl *ctl);
+
+/* relocation_standby.c: from relocation_backups.c's object access hook */
+extern void tsm_standby_replay_control_called(Oid funcid);
 
 /* relocation_backups.c: the marks of running backups, and its hooks */
 extern Size tsm_backups_shmem_size(void);

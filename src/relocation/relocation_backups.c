@@ -200,6 +200,9 @@ backups_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 		}
 		set_mark(true);
 	}
+	/* and a standby's switch keeps replay-control calls out of its window */
+	if (access == OAT_FUNCTION_EXECUTE && classId == ProcedureRelationId)
+		tsm_standby_replay_control_called(objectId);
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 }

@@ -68,6 +68,7 @@
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
+#include "access/xlogrecovery.h"
 #include "access/xlogutils.h"
 #include "catalog/catalog.h"
 #include "catalog/pg_control.h"
@@ -91,6 +92,7 @@
 #include "utils/wait_event.h"
 
 #include "relocation/relocation_dbcatalog.h"
+#include "jobs/local_jobs.h"
 #include "relocation/relocation_internal.h"
 #include "relocation/relocation_marks.h"
 #include "jobs/submit.h"
@@ -609,7 +611,9 @@ creation_in_replayed_wal(Oid spc, XLogRecPtr upto)
 void
 tsm_relocation_settle(TsmJob *job)
 {
-	tsm_guard_drain(&job->ctl);
+	/* a standby runs no statement that creates storage */
+	if (!tsm_job_is_local(job->row.job_id))
+		tsm_guard_drain(&job->ctl);
 }
 
 /*
@@ -640,13 +644,24 @@ tsm_relocation_prepare(TsmJob *job)
 
 
 	tsm_job_start_transaction();
-	SET_LOCKTAG_OBJECT(tag, InvalidOid, TableSpaceRelationId, st->spc, 0);
-	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("tablespace \"%s\" is being relocated by another job", st->spcname),
-				 errhint("Wait for that relocation to end; tsmove.jobs in its database shows it.")));
-	st->spc_locked = true;
+	/*
+	 * On a standby (a local job: relocation_standby.c) no lock above
+	 * RowExclusiveLock can be taken; the launcher runs one local job at a
+	 * time, and replay moves no relation of the primary's here.
+	 */
+	st->on_standby = tsm_job_is_local(job->row.job_id);
+	if (st->on_standby)
+		tsm_standby_check_not_promoted(st);
+	else
+	{
+		SET_LOCKTAG_OBJECT(tag, InvalidOid, TableSpaceRelationId, st->spc, 0);
+		if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("tablespace \"%s\" is being relocated by another job", st->spcname),
+					 errhint("Wait for that relocation to end; tsmove.jobs in its database shows it.")));
+		st->spc_locked = true;
+	}
 	if (!SearchSysCacheExists1(TABLESPACEOID, ObjectIdGetDatum(st->spc)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -655,7 +670,7 @@ tsm_relocation_prepare(TsmJob *job)
 	st->old_location = MemoryContextStrdup(job->cxt,
 										   tsm_check_relocatable(st->spc, st->spcname,
 																 st->new_location));
-	other = tsm_active_move_on_tablespace(st->spc);
+	other = st->on_standby ? 0 : tsm_active_move_on_tablespace(st->spc);
 	if (other != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
@@ -683,7 +698,7 @@ tsm_relocation_prepare(TsmJob *job)
 
 	/* transactions that may own files of it nobody can resolve yet */
 	st->xid_horizon = ReadNextTransactionId();
-	st->start_lsn = GetXLogInsertRecPtr();
+	st->start_lsn = st->on_standby ? GetXLogReplayRecPtr(NULL) : GetXLogInsertRecPtr();
 	st->needs_checkpoint = creation_in_replayed_wal(st->spc, st->start_lsn);
 	if (st->needs_checkpoint)
 		RequestCheckpoint(CHECKPOINT_FORCE);	/* spread: the copy takes a while */
@@ -709,6 +724,8 @@ tsm_relocation_guard(TsmJob *job, TsmFile *f)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	LOCKTAG		tag;
 
+	if (st->on_standby)
+		tsm_standby_check_not_promoted(st);
 	if (!OidIsValid(f->relid) &&
 		TimestampDifferenceExceeds(st->last_resolution, GetCurrentTimestamp(),
 								   TSM_RESOLVE_INTERVAL_MS))

@@ -275,6 +275,7 @@ tsm_relocation_cleanup(TsmJob *job)
 
 	if (st == NULL)
 		return;
+	tsm_standby_end_pause(st);	/* an error between pause and resume */
 	close_all_files(job);
 	if (job->switch_committed)
 	{

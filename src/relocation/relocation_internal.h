@@ -18,8 +18,8 @@
  *							prepare and guard, plain copies
  *							(tsm_relocation_prepare, tsm_relocation_guard)
  * and, below all four, the helpers only the relocation uses:
- * relocation_backups.c, relocation_barrier.c, relocation_dbcatalog.c and
- * relocation_marks.c.  The worker (worker.c) calls the front end's
+ * relocation_standby.c (a hot standby's switch), relocation_backups.c,
+ * relocation_barrier.c, relocation_dbcatalog.c and relocation_marks.c.  The worker (worker.c) calls the front end's
  * functions; the recovery worker (recovery.c) tsm_recover_relocation().
  *
  *-------------------------------------------------------------------------
@@ -102,6 +102,10 @@ typedef struct TsmRelocation
 	TimestampTz barrier_laggard_since;	/* the first probe in a row naming it */
 	TimestampTz barrier_laggard_last;	/* the last probe naming it */
 	bool		may_terminate;	/* the submitter is still a superuser */
+	bool		on_standby;		/* a hot standby's own copy (local job):
+								 * relocation_standby.c */
+	bool		replay_paused;	/* its switch holds replay paused */
+	bool		replay_was_paused;	/* by someone else: not resumed */
 } TsmRelocation;
 
 /* The relocation's state, and the sink's state of a file of its set. */
@@ -133,5 +137,12 @@ extern int	tsm_copy_stragglers(const char *old_dir, const char *new_dir);
 
 /* relocation_switch.c */
 extern void tsm_reloc_release_old_descriptors(TsmRelocation *st);
+
+/* relocation_standby.c */
+extern void tsm_standby_check_not_promoted(TsmRelocation *st);
+extern bool tsm_standby_pause_replay(TsmJob *job, int timeout_ms);
+extern void tsm_standby_check_window(TsmRelocation *st);
+extern void tsm_standby_end_pause(TsmRelocation *st);
+extern void tsm_standby_resume_replay(void);
 
 #endif							/* TSM_RELOCATION_INTERNAL_H */

@@ -69,7 +69,9 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlogrecovery.h"
 #include "commands/tablespace.h"
+#include "catalog/pg_class.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
 #include "storage/lwlock.h"
@@ -222,6 +224,32 @@ note_barrier_laggard(TsmJob *job, int laggard)
 }
 
 /*
+ * switch_lock on a hot standby (relocation_standby.c): no relation lock
+ * (readers never wait, and only replay writes), the barrier's probe as on
+ * a primary, then replay paused.  In the transaction switch_lock began.
+ */
+static bool
+standby_switch_lock(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	int			laggard;
+
+	st->nlocked = 0;
+	st->may_terminate = superuser_arg(job->row.submitted_by);
+	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
+	{
+		CommitTransactionCommand();
+		note_barrier_laggard(job, laggard);
+		return false;
+	}
+	st->barrier_laggard = 0;
+	if (tsm_standby_pause_replay(job, tsm_switch_lock_timeout_ms))
+		return true;
+	CommitTransactionCommand();
+	return false;
+}
+
+/*
  * switch_lock: look up every relation once more, then take
  * the switch's lock (job->switch_lockmode) on each, those contended before first, then in
  * (database, OID) order, each within pg_tsmove.switch_lock_timeout; all or
@@ -241,6 +269,8 @@ tsm_relocation_switch_lock(TsmJob *job)
 
 	tsm_job_start_transaction();
 	tsm_reloc_resolve(job, true);
+	if (st->on_standby)
+		return standby_switch_lock(job);
 	if (st->locked)
 		pfree(st->locked);
 	st->locked = MemoryContextAlloc(job->cxt, sizeof(LOCKTAG) * Max(1, fs->nfiles));
@@ -400,7 +430,14 @@ adopt_unlisted_files(TsmJob *job)
 			if (f != NULL && f->gone && rel == NULL)
 				continue;		/* a dropped file's tombstone: known */
 			f = tsm_reloc_add_file(&job->files, node, fork, false);
-			if (rel == NULL)
+			if (st->on_standby)
+			{
+				/* replay is paused: whoever's it is, it is complete now */
+				tsm_reloc_classify(&job->files, f, rel ? rel->relid : InvalidOid,
+								   rel ? rel->relpersistence : RELPERSISTENCE_PERMANENT);
+				tsm_file_set_when(&job->files, f, TSM_COPY_LOCKED, f->permanent);
+			}
+			else if (rel == NULL)
 				ok = false;
 			else
 			{
@@ -432,9 +469,18 @@ tsm_relocation_switch_check(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
 	char		what[MAXPGPATH + 64];
-	bool		old_ones_done = TransactionIdPrecedesOrEquals(st->xid_horizon,
-															  tsm_oldest_active_xid());
+	bool		old_ones_done;
 	char	   *link;
+
+	/*
+	 * On a standby, with replay paused, no file changes or appears: every
+	 * one is copied as it is, whoever's it is (a transaction of the
+	 * primary's that has not ended may own it).
+	 */
+	if (st->on_standby)
+		tsm_standby_check_not_promoted(st);
+	old_ones_done = st->on_standby ||
+		TransactionIdPrecedesOrEquals(st->xid_horizon, tsm_oldest_active_xid());
 
 	link = tsm_read_tablespace_link(st->spc, st->spcname);
 	if (strcmp(link, st->old_location) != 0 ||
@@ -457,6 +503,8 @@ tsm_relocation_switch_check(TsmJob *job)
 			tsm_file_drop(fs, f);
 			continue;
 		}
+		if (st->on_standby)
+			continue;
 		if (OidIsValid(f->relid))
 		{
 			if (!holds_lock_on(st, f))
@@ -511,10 +559,17 @@ tsm_relocation_switch_check(TsmJob *job)
 	return adopt_unlisted_files(job);
 }
 
-/* A commit, not an abort: that would release the session lock too. */
+/*
+ * A commit, not an abort: that would release the session lock too.  On a
+ * standby, replay resumes first (the commit releases the replay-control
+ * lock).
+ */
 void
 tsm_relocation_switch_release(TsmJob *job)
 {
+	TsmRelocation *st = (TsmRelocation *) job->state;
+
+	tsm_standby_end_pause(st);
 	CommitTransactionCommand();
 }
 
@@ -644,6 +699,13 @@ tsm_relocation_switch_commit(TsmJob *job)
 	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
 	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
 	pg_memory_barrier();		/* the flag is seen before we read who backs up */
+	if (st->on_standby && (!RecoveryInProgress() || PromoteIsTriggered()))
+	{
+		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+		LWLockRelease(TablespaceCreateLock);
+		tsm_standby_end_pause(st);
+		tsm_standby_check_not_promoted(st);
+	}
 	if (tsm_backup_running(NULL, what, sizeof(what)) ||
 		temporary_files_present(st, what, sizeof(what)))
 	{
@@ -692,6 +754,8 @@ tsm_relocation_switch_commit(TsmJob *job)
 	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 	LWLockRelease(TablespaceCreateLock);
 	tsm_reloc_release_old_descriptors(st);
+	if (st->on_standby)
+		tsm_standby_check_window(st);
 
 	/*
 	 * Interrupts stay held, and tsm_ctl_check() throws no cancel or
@@ -718,6 +782,7 @@ tsm_relocation_switch_end(TsmJob *job)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	tsm_jobrec_set_state(job->row.job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
+	tsm_standby_end_pause(st);	/* before the commit frees the lock */
 	CommitTransactionCommand();
 	job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);

@@ -63,7 +63,9 @@
 #include "utils/timestamp.h"
 
 #include "engine/resume.h"
+#include "jobs/local_jobs.h"
 #include "jobs/queue.h"
+#include "relocation/relocation.h"
 #include "workers/workers.h"
 
 /* How often the launcher looks at the slots of jobs no worker runs. */
@@ -92,7 +94,7 @@ tsm_register_launcher(void)
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;	/* a standby's local jobs */
 	worker.bgw_restart_time = TSM_LAUNCHER_RESTART_S;
 	strlcpy(worker.bgw_library_name, "pg_tsmove", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "tsm_launcher_main", BGW_MAXLEN);
@@ -295,7 +297,7 @@ tsm_database_exists(Oid dbid)
  * free again, if no background worker could be registered.
  */
 static bool
-tsm_start_worker(Oid dbid, int slot_index)
+tsm_start_worker(Oid dbid, int slot_index, bool local)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -308,6 +310,8 @@ tsm_start_worker(Oid dbid, int slot_index)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "pg_tsmove", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "tsm_worker_main", BGW_MAXLEN);
+	if (local)
+		worker.bgw_start_time = BgWorkerStart_ConsistentState;
 	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_tsmove worker in database %u", dbid);
 	strlcpy(worker.bgw_type, "pg_tsmove worker", BGW_MAXLEN);
 	worker.bgw_main_arg = Int32GetDatum(slot_index);
@@ -384,7 +388,7 @@ tsm_dispatch(void)
 			LWLockRelease(tsm_shared->lock);
 			continue;
 		}
-		if (!tsm_start_worker(dbid, slot_index))
+		if (!tsm_start_worker(dbid, slot_index, false))
 		{
 			LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
 			tsm_shared->slots[slot_index].in_use = false;
@@ -466,6 +470,140 @@ tsm_free_stale_slots(void)
 	LWLockRelease(tsm_shared->lock);
 }
 
+/* ---- a hot standby's local jobs (local_jobs.h) ---- */
+
+/* The recovery pass's part for a local job no worker runs. */
+static void
+recover_local_job(const TsmUnfinishedJob *job, void *arg)
+{
+	TsmWorkerSlot *running;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	running = tsm_find_slot_for_job(job->job_id);
+	LWLockRelease(tsm_shared->lock);
+	if (running == NULL)
+		tsm_recover_relocation(job);
+}
+
+/*
+ * Finish or undo the local jobs a crash or a restart interrupted
+ * (relocation_recovery.c: the link is the truth), as the recovery worker
+ * does for tsmove.job's; at start-up, and again once recovery ends (a
+ * promoted standby's worker may have died with the promotion).
+ */
+static void
+tsm_recover_local_jobs(void)
+{
+	StartTransactionCommand();
+	tsm_localjob_foreach_unfinished(recover_local_job, NULL);
+	if (!RecoveryInProgress())
+	{
+		ListCell   *lc;
+
+		/* a local job is a standby's: one that never started never will */
+		foreach(lc, tsm_localjob_list())
+		{
+			TsmLocalJob *job = lfirst(lc);
+
+			if (job->state == TSM_QUEUED || job->state == TSM_PAUSED)
+				tsm_localjob_set_state(job->job_id, TSM_FAILED,
+									   "the server left recovery before the job started; "
+									   "relocate again with tsmove.relocate_tablespace()");
+		}
+	}
+	CommitTransactionCommand();
+}
+
+/*
+ * Start a worker for the oldest queued local job, if none runs one: one
+ * local job at a time.  It connects to the database its job was
+ * submitted in.
+ */
+static void
+tsm_dispatch_local(void)
+{
+	List	   *jobs = tsm_localjob_list();
+	ListCell   *lc;
+	TsmLocalJob *next = NULL;
+	int			slot_index = -1;
+	bool		running = false;
+
+	foreach(lc, jobs)
+		if (((TsmLocalJob *) lfirst(lc))->state == TSM_QUEUED)
+		{
+			next = lfirst(lc);
+			break;
+		}
+	if (next == NULL)
+		return;
+	LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < tsm_shared->nslots; i++)
+	{
+		if (tsm_shared->slots[i].in_use && tsm_shared->slots[i].local)
+			running = true;
+		else if (!tsm_shared->slots[i].in_use && slot_index < 0)
+			slot_index = i;
+	}
+	if (running || slot_index < 0)
+	{
+		LWLockRelease(tsm_shared->lock);
+		return;
+	}
+	{
+		TsmWorkerSlot *slot = &tsm_shared->slots[slot_index];
+
+		memset(slot, 0, sizeof(*slot));
+		slot->in_use = true;
+		slot->local = true;
+		slot->dbid = next->dbid;
+		slot->launched_at = GetCurrentTimestamp();
+		slot->progress.switch_ms = -1;
+	}
+	LWLockRelease(tsm_shared->lock);
+	if (!tsm_database_exists(next->dbid))
+	{
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		tsm_shared->slots[slot_index].in_use = false;
+		LWLockRelease(tsm_shared->lock);
+		tsm_localjob_set_state(next->job_id, TSM_FAILED,
+							   "the database it was submitted in no longer exists");
+		return;
+	}
+	if (!tsm_start_worker(next->dbid, slot_index, true))
+	{
+		LWLockAcquire(tsm_shared->lock, LW_EXCLUSIVE);
+		tsm_shared->slots[slot_index].in_use = false;
+		LWLockRelease(tsm_shared->lock);
+		ereport(WARNING,
+				(errmsg("pg_tsmove could not start a worker for local job %lld",
+						(long long) next->job_id),
+				 errhint("You may need to increase max_worker_processes.")));
+	}
+}
+
+/*
+ * One round of the launcher's work while the server is in recovery.  The
+ * launcher starts one local worker at a time, so when none holds a slot, a
+ * local job that has started and not ended is one whose worker died.
+ */
+static void
+tsm_launcher_recovery_round(void)
+{
+	bool		local_worker = false;
+
+	tsm_reap_launched_workers();
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < tsm_shared->nslots; i++)
+		if (tsm_shared->slots[i].in_use && tsm_shared->slots[i].local)
+			local_worker = true;
+	LWLockRelease(tsm_shared->lock);
+	if (!local_worker)
+	{
+		tsm_recover_local_jobs();
+		tsm_dispatch_local();
+	}
+}
+
 static void
 tsm_launcher_detach(int code, Datum arg)
 {
@@ -488,6 +626,32 @@ tsm_launcher_main(Datum main_arg)
 	LWLockRelease(tsm_shared->lock);
 
 	tsm_free_stale_slots();
+	tsm_recover_local_jobs();
+
+	/*
+	 * A hot standby (or a server recovering from an archive with hot
+	 * standby on): tsmove.job is not this server's to act on; only its
+	 * local jobs run.  Once recovery ends, the rest starts as on a primary.
+	 */
+	if (RecoveryInProgress())
+	{
+		while (!ShutdownRequestPending && RecoveryInProgress())
+		{
+			tsm_launcher_recovery_round();
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 1000L, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+			}
+		}
+		if (ShutdownRequestPending)
+			proc_exit(0);
+		tsm_recover_local_jobs();
+	}
 	tsm_recover_all_databases();
 
 	while (!ShutdownRequestPending)

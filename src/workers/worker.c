@@ -80,6 +80,7 @@
 #include "utils/timestamp.h"
 
 #include "engine/resume.h"
+#include "jobs/local_jobs.h"
 #include "relation/relation.h"
 #include "relocation/relocation.h"
 #include "workers/workers.h"
@@ -398,7 +399,9 @@ try_switch(TsmJob *job)
 static LOCKMODE
 switch_lockmode_for(TsmJob *job)
 {
-	if (job->row.kind != TSM_KIND_RELOCATE || !tsm_relocation_switch_admits_readers)
+	/* a standby's relocation takes no lock: it pauses replay (relocation_standby.c) */
+	if (job->row.kind != TSM_KIND_RELOCATE || !tsm_relocation_switch_admits_readers ||
+		tsm_job_is_local(job->row.job_id))
 		return AccessExclusiveLock;
 	if (XLogHintBitIsNeeded())
 	{
@@ -645,7 +648,8 @@ claim_job(TsmJob *job)
 	tsm_job_start_transaction();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(job->cxt);
-	found = tsm_jobrec_claim_next(&job->row);
+	found = tsm_my_slot->local ? tsm_localjob_claim_next(&job->row) :
+		tsm_jobrec_claim_next(&job->row);
 	if (found)
 	{
 		TsmClaimedJob *row = &job->row;
@@ -664,7 +668,7 @@ claim_job(TsmJob *job)
 		tsm_my_slot->progress.switch_ms = -1;
 		LWLockRelease(tsm_shared->lock);
 
-		more = tsm_jobrec_has_claimable();
+		more = !tsm_my_slot->local && tsm_jobrec_has_claimable();
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();

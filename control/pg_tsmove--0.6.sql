@@ -1,10 +1,10 @@
-/* pg_tsmove 0.5: online moves of tables and indexes between tablespaces */
+/* pg_tsmove 0.6: online moves of tables and indexes between tablespaces */
 
 \echo Use "CREATE EXTENSION pg_tsmove" to load this file. \quit
 
 /*
  * A fresh CREATE EXTENSION runs this script alone.  An installed 0.1 to
- * 0.4 reaches 0.5 through the upgrade scripts (pg_tsmove--0.1--0.2.sql
+ * 0.5 reaches 0.6 through the upgrade scripts (pg_tsmove--0.1--0.2.sql
  * and on), which stay; this script is their net effect, with nothing
  * created only to be dropped.  The two paths must give the same objects,
  * definitions, privileges and comments: test/test_install_script.py
@@ -262,6 +262,22 @@ GRANT EXECUTE ON FUNCTION tsmove.job_progress() TO pg_monitor;
  * running or ended) appended, so that the columns before keep their
  * places.
  */
+/*
+ * This server's own jobs that tsmove.job cannot hold: a hot standby's
+ * relocations of its own copy of a tablespace, recorded in files of its
+ * data directory (src/jobs/local_jobs.c), as rows of tsmove.job (0.6).
+ * Their ids start at 10^12.  tsmove.jobs shows them with the table's rows
+ * (on a standby, they alone: its tsmove.job is the primary's).
+ */
+CREATE FUNCTION tsmove.local_jobs()
+RETURNS SETOF tsmove.job
+AS 'MODULE_PATHNAME', 'tsm_local_jobs'
+LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION tsmove.local_jobs() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tsmove.local_jobs() TO pg_monitor;
+COMMENT ON FUNCTION tsmove.local_jobs() IS
+    'this server''s jobs kept in files of its data directory (a hot standby''s relocations), as rows of tsmove.job';
+
 CREATE VIEW tsmove.jobs AS
 SELECT j.job_id,
        CASE WHEN j.job_kind = 'move' THEN j.relid::pg_catalog.regclass END AS relation,
@@ -318,7 +334,9 @@ SELECT j.job_id,
                                  * pg_catalog.current_setting('block_size')::bigint) AS size,
        pg_catalog.date_trunc('second', coalesce(j.finished_at, pg_catalog.now()) - j.started_at)
            AS duration
-FROM tsmove.job j
+FROM (SELECT * FROM tsmove.job WHERE NOT pg_catalog.pg_is_in_recovery()
+      UNION ALL
+      SELECT * FROM tsmove.local_jobs()) j
 LEFT JOIN tsmove.job_progress() p ON p.job_id = j.job_id
 LEFT JOIN tsmove.job parent ON parent.job_id = j.parent_job
 LEFT JOIN pg_catalog.pg_tablespace src ON src.oid = j.source_tablespace
