@@ -102,3 +102,156 @@ def test_a_standby_relocates_its_own_copy_under_load(primary):
                                  ("shadow_accounts", "aid")])
     standby.restart()
     same_data(primary, standby, [("pgbench_accounts", "aid")])
+
+
+def standby_paused_at(primary, phase, rate=None):
+    """A standby of primary (TPC-B data in ts_a), its relocation paused at
+    phase; returns (shadow, standby, job, old_dir, new_dir)."""
+    shadow = ShadowTpcb(primary, scale=2, tablespace="ts_a")
+    standby = primary.make_standby("standby", extra_conf=STANDBY_CONF)
+    primary.sql("CHECKPOINT")
+    primary.wait_for_replay(standby)
+    standby.sql("CHECKPOINT")
+    old_dir = location_of(standby, "ts_a")
+    new_dir = new_location(standby, "relocated")
+    set_pause(standby, phase)
+    job = standby_relocate(standby, new_dir, rate=rate)
+    wait_for(lambda: "job %d pauses at %s" % (job, phase) in standby.log_contents(), 60,
+             what="the pause at " + phase)
+    return shadow, standby, job, old_dir, new_dir
+
+
+def version_dir_files(location):
+    return [f for f in files_under(location) if "/PG_" in f]
+
+
+def check_after(primary, standby, shadow, job, old_dir, new_dir):
+    """The job ended, the link and the files agree with how it ended, and
+    the standby's data passes the checks and equals the primary's."""
+    state = wait_local_job(standby, job)
+    assert primary.amcheck() == []              # and CREATE EXTENSION amcheck, for the standby
+    link = location_of(standby, "ts_a")
+    if state == "done":
+        assert link == new_dir and version_dir_files(old_dir) == []
+    else:
+        assert link == old_dir and version_dir_files(new_dir) == []
+    primary.wait_for_replay(standby)
+    assert shadow.problems(standby) == []
+    same_data(primary, standby, [("pgbench_accounts", "aid"), ("shadow_accounts", "aid")])
+    return state
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("phase,expected", [("copying", "failed"), ("renaming", "failed"),
+                                            ("warming", "done")])
+def test_kill9_of_the_standby_in_each_phase(primary, phase, expected):
+    """The standby is killed (-9) with its relocation paused at phase while
+    TPC-B runs on the primary; after restart the recovery pass finishes or
+    undoes the job (the link is the truth), and nothing is lost."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, phase)
+    bench = shadow.run_background(seconds=6, clients=2, jobs=1)
+    time.sleep(2)
+    standby.kill9()
+    end_pause_file(standby)
+    standby.start()
+    bench.wait()
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == expected
+    assert standby.sql_scalar("SELECT pg_is_in_recovery()")
+
+
+def end_pause_file(cluster):
+    """Reset pg_tsmove.debug_pause_at in postgresql.auto.conf of a stopped
+    cluster, so that it starts without it."""
+    path = os.path.join(cluster.data_dir, "postgresql.auto.conf")
+    with open(path) as f:
+        lines = [line for line in f if "pg_tsmove.debug_pause_at" not in line]
+    with open(path, "w") as f:
+        f.writelines(lines)
+
+
+@pytest.mark.matrix
+def test_promotion_before_the_switch_undoes_the_relocation(primary):
+    """The standby is promoted while its relocation copies: the job fails,
+    its new location is removed, the promoted server keeps the tablespace
+    where it was and takes writes."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "copying")
+    primary.wait_for_replay(standby)
+    standby.sql("SELECT pg_promote()")
+    wait_for(lambda: not standby.sql_scalar("SELECT pg_is_in_recovery()"), 30,
+             what="the promotion")
+    end_pause(standby)
+    assert wait_local_job(standby, job) == "failed"
+    assert "promoted" in standby.sql_scalar("SELECT error FROM tsmove.jobs WHERE job_id = %s",
+                                            (job,))
+    assert location_of(standby, "ts_a") == old_dir and version_dir_files(new_dir) == []
+    standby.sql("BEGIN; UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 1;"
+                "UPDATE pgbench_tellers SET tbalance = tbalance + 7 WHERE tid = 1;"
+                "UPDATE pgbench_branches SET bbalance = bbalance + 7 WHERE bid = 1;"
+                "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) "
+                "VALUES (1, 1, 1, 7, now());"
+                "UPDATE shadow_accounts SET abalance = abalance + 7 WHERE aid = 1; COMMIT")
+    assert shadow.problems(standby) == []
+
+
+@pytest.mark.matrix
+def test_promotion_in_the_switch_window_restarts_the_standby(primary):
+    """The standby is promoted with pg_ctl (nothing can hold that back)
+    after its switch renamed the link and before it looked again: the
+    worker stops the server (PANIC), crash recovery replays into the new
+    files, the job is done, and the promoted server has every row."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "warming")
+    # everything was replayed before the pause (standby_paused_at); replay
+    # is paused now, so it cannot be waited for
+    expected = primary.row_hash("pgbench_accounts", "aid")
+    primary.stop()
+    run_pg_ctl(standby, "promote")
+    wait_for(lambda: "database system is ready to accept connections" in
+             standby.log_contents(), 60, what="the promotion")
+    standby.sql("ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    standby.sql("SELECT pg_reload_conf()")
+    wait_for(lambda: "PANIC" in standby.log_contents(), 60, what="the PANIC")
+    wait_for(lambda: standby.log_contents().count("database system is ready to accept "
+                                                  "connections") >= 2, 120,
+             what="the restart after the PANIC")
+    assert not standby.sql_scalar("SELECT pg_is_in_recovery()")
+    assert wait_local_job(standby, job) == "done"
+    assert location_of(standby, "ts_a") == new_dir
+    assert version_dir_files(old_dir) == []
+    assert standby.row_hash("pgbench_accounts", "aid") == expected
+    assert shadow.problems(standby) == []
+
+
+def run_pg_ctl(cluster, *args):
+    from pgcluster import PG_BIN, run_server_program
+    run_server_program([os.path.join(PG_BIN, "pg_ctl")] + list(args) + ["-D", cluster.data_dir])
+
+
+@pytest.mark.matrix
+def test_replay_resume_waits_for_the_switch(primary):
+    """With replay paused for the switch, pg_wal_replay_resume() waits
+    until the switch has ended, then returns; replay goes on."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "renaming")
+    assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "paused"
+    caller = threading.Thread(target=lambda: standby.sql("SELECT pg_wal_replay_resume()"),
+                              daemon=True)
+    caller.start()
+    wait_for(lambda: standby.sql_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"), 10,
+        what="the resume call to wait")
+    assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "paused"
+    end_pause(standby)
+    caller.join(60)
+    assert not caller.is_alive()
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "done"
+    assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "not paused"
+
+
+@pytest.mark.matrix
+def test_cancel_of_a_standby_relocation(primary):
+    """tsmove.cancel() on the standby stops its relocation: cancelled, the
+    new location removed, replay never left paused."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "copying")
+    assert standby.sql_scalar("SELECT tsmove.cancel(%s)", (job,))
+    end_pause(standby)
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "cancelled"
+    assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "not paused"

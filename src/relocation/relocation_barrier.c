@@ -49,6 +49,8 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -184,6 +186,18 @@ install_hooks(void)
 }
 
 /*
+ * On a standby, the startup process waiting for WAL sleeps on the recovery
+ * latch, which a procsignal does not set: with no WAL arriving it would
+ * answer a barrier only when its wait times out, seconds later.  Wake it.
+ */
+static void
+wake_startup_process(void)
+{
+	if (RecoveryInProgress())
+		WakeupRecovery();
+}
+
+/*
  * tsm_barrier_release
  *		After the rename: every process closes the descriptors it has of the
  *		old files.  Emits the barrier, answers it (our interrupts may be
@@ -200,6 +214,7 @@ tsm_barrier_release(bool may_terminate)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 
+	wake_startup_process();
 	install_hooks();
 	ProcessProcSignalBarrier();
 	release_started = GetCurrentTimestamp();
@@ -239,6 +254,7 @@ tsm_barrier_probe(int timeout_ms, int *laggard)
 	probe_timed_out = false;
 	probing = true;
 	generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
+	wake_startup_process();
 	ProcessProcSignalBarrier(); /* our own */
 
 	BeginInternalSubTransaction(NULL);

@@ -255,11 +255,12 @@ tsm_relocation_finish(TsmJob *job)
 	release_tablespace_lock(st);
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld relocated tablespace \"%s\" to \"%s\": %lld blocks, "
-					"%lld re-copied, %lld copied under the lock, locks held %.1f ms",
+					"%lld re-copied, %lld copied under the lock, %s %.1f ms",
 					(long long) job->row.job_id, st->spcname, st->new_location,
 					(long long) job->ctl.progress.blocks_total,
 					(long long) job->ctl.progress.blocks_recopied,
 					(long long) job->ctl.progress.blocks_under_lock,
+					st->on_standby ? "replay paused" : "locks held",
 					job->ctl.progress.switch_ms)));
 }
 

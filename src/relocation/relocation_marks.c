@@ -37,13 +37,25 @@
 #include "storage/fd.h"
 
 #include "jobs/durable_file.h"
+#include "jobs/local_jobs.h"
 #include "relocation/relocation_marks.h"
+
+/*
+ * The database a mark names: the job's, whose worker and recovery pass
+ * run there; 0 for a standby's local job, whose recovery pass (the
+ * launcher's) runs in none.
+ */
+static Oid
+mark_database(int64 job_id)
+{
+	return tsm_job_is_local(job_id) ? InvalidOid : MyDatabaseId;
+}
 
 static void
 mark_path(char *path, const char *location, int64 job_id)
 {
 	snprintf(path, MAXPGPATH, "%s/pg_tsmove_%u_%lld.relocation", location,
-			 MyDatabaseId, (long long) job_id);
+			 mark_database(job_id), (long long) job_id);
 }
 
 /* What the mark of this data directory and job says. */
@@ -60,7 +72,7 @@ mark_content(int64 job_id)
 				 errmsg("could not stat data directory \"%s\": %m", DataDir)));
 	content = psprintf("pg_tsmove relocation\njob %u %lld\nsystem %llu\n"
 					   "data_directory %s\ninode %llu\n",
-					   MyDatabaseId, (long long) job_id,
+					   mark_database(job_id), (long long) job_id,
 					   (unsigned long long) GetSystemIdentifier(), real_path,
 					   (unsigned long long) st.st_ino);
 	free(real_path);

@@ -67,6 +67,12 @@
 
 /* How often the switch looks whether replay has paused. */
 #define TSM_PAUSE_POLL_MS 1
+/*
+ * How long it waits for that.  Nobody waits meanwhile (no lock is held);
+ * replay stops at its next record, unless that record waits for a
+ * recovery conflict (max_standby_streaming_delay).
+ */
+#define TSM_PAUSE_TIMEOUT_MS 5000
 
 /* Whether this process paused replay for a switch and must resume it. */
 static bool replay_paused_here = false;
@@ -120,13 +126,14 @@ tsm_standby_check_not_promoted(TsmRelocation *st)
 
 /*
  * The switch's first step on a standby: take the replay-control lock
- * without waiting, then pause replay and wait, at most timeout_ms, for
+ * without waiting, then pause replay and wait, at most
+ * TSM_PAUSE_TIMEOUT_MS, for
  * the startup process to say it has paused.  Returns false, with replay
  * as it was and a note, if either cannot be had now.  In the switch's
  * transaction.
  */
 bool
-tsm_standby_pause_replay(TsmJob *job, int timeout_ms)
+tsm_standby_pause_replay(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	LOCKTAG		tag;
@@ -156,9 +163,14 @@ tsm_standby_pause_replay(TsmJob *job, int timeout_ms)
 		replay_paused_here = true;
 		SetRecoveryPause(true);
 	}
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Max(timeout_ms, 100));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TSM_PAUSE_TIMEOUT_MS);
 	while (GetRecoveryPauseState() != RECOVERY_PAUSED)
 	{
+		/*
+		 * The startup process confirms a pause between two records, or, when
+		 * it waits for WAL, after its wait: wake it from that.
+		 */
+		WakeupRecovery();
 		if (!RecoveryInProgress() || PromoteIsTriggered())
 		{
 			tsm_standby_resume_replay();
@@ -168,8 +180,7 @@ tsm_standby_pause_replay(TsmJob *job, int timeout_ms)
 		{
 			tsm_standby_resume_replay();
 			tsm_ctl_note(&job->ctl, "WAL replay did not pause within %d ms (a record waiting "
-						 "for a recovery conflict, or a standby that is not hot?); retrying",
-						 Max(timeout_ms, 100));
+						 "for a recovery conflict?); retrying", TSM_PAUSE_TIMEOUT_MS);
 			return false;
 		}
 		pg_usleep(TSM_PAUSE_POLL_MS * 1000L);

@@ -243,7 +243,7 @@ standby_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
-	if (tsm_standby_pause_replay(job, tsm_switch_lock_timeout_ms))
+	if (tsm_standby_pause_replay(job))
 		return true;
 	CommitTransactionCommand();
 	return false;
@@ -754,8 +754,6 @@ tsm_relocation_switch_commit(TsmJob *job)
 	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 	LWLockRelease(TablespaceCreateLock);
 	tsm_reloc_release_old_descriptors(st);
-	if (st->on_standby)
-		tsm_standby_check_window(st);
 
 	/*
 	 * Interrupts stay held, and tsm_ctl_check() throws no cancel or
@@ -763,6 +761,8 @@ tsm_relocation_switch_commit(TsmJob *job)
 	 * (reconcile.c): it resumes them.
 	 */
 	tsm_ctl_debug_pause(&job->ctl, "warming");
+	if (st->on_standby)
+		tsm_standby_check_window(st);
 	return true;
 }
 
