@@ -3,7 +3,9 @@
 # which then call install_deps.  Debian packages: the PostgreSQL 15 server,
 # contrib (amcheck), server headers, a compiler, pg_repack (for the benchmark
 # and the evaluation), e2fsprogs (mkfs.ext4 for the evaluation's emulated
-# disks); Python packages from test/requirements.txt.  Also the one
+# disks), patroni and etcd-server (test_patroni.py's HA cluster; their
+# services are not started: the test runs its own, on loopback); Python
+# packages from test/requirements.txt.  Also the one
 # function the test scripts share: pg_regress_counts.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
@@ -29,7 +31,7 @@ install_deps() {
             /etc/postgresql-common/createcluster.conf
     fi
     for pkg in postgresql-15 postgresql-server-dev-15 build-essential \
-               postgresql-15-repack e2fsprogs; do
+               postgresql-15-repack e2fsprogs patroni etcd-server; do
         package_installed "$pkg" || wanted+=("$pkg")
     done
     if ! package_installed postgresql-contrib-15 && ! package_installed postgresql-contrib; then
