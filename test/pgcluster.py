@@ -395,14 +395,16 @@ class Cluster:
         self.tablespaces[name] = location
         return location
 
-    def make_standby(self, name, port=None, extra_conf=()):
-        """pg_basebackup -R -X stream into a new cluster, start it, return it.
-        It is destroyed with this cluster."""
+    def make_standby(self, name, port=None, extra_conf=(), max_rate=None):
+        """pg_basebackup -R -X stream into a new cluster, start it, return it
+        (a standby of this one: of a standby, a cascading one).  max_rate:
+        pg_basebackup's --max-rate (e.g. "2M").  It is destroyed with this
+        cluster."""
         standby = Cluster(self.base_dir, name, port)
         standby._make_dirs()
         argv = [os.path.join(PG_BIN, "pg_basebackup"), "-D", standby.data_dir,
                 "-d", self.conninfo(), "-R", "-X", "stream", "-c", "fast",
-                "--no-sync"]
+                "--no-sync"] + (["--max-rate", max_rate] if max_rate else [])
         for ts_name, location in self.tablespaces.items():
             standby.tablespaces[ts_name] = os.path.join(
                 standby.tablespace_root, ts_name)

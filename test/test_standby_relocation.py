@@ -267,3 +267,73 @@ def test_cancel_of_a_standby_relocation(primary):
     end_pause(standby)
     assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "cancelled"
     assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "not paused"
+
+
+@pytest.mark.matrix
+def test_a_base_backup_of_the_standby_across_its_relocation(primary):
+    """pg_basebackup from the standby (slowed down) starts while the
+    standby's relocation copies: the switch waits for it to end, the job
+    is done afterwards, and the backup, started as a standby of the
+    standby, has every row."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "copying")
+    backup = {}
+
+    def take():
+        try:
+            backup["cluster"] = standby.make_standby("restored", max_rate="1M",
+                                                     extra_conf=STANDBY_CONF)
+        except Exception as e:                  # reported by the assertion below
+            backup["error"] = e
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    wait_for(lambda: standby.sql_scalar("SELECT count(*) FROM pg_stat_progress_basebackup"),
+             30, what="the base backup to start")
+    end_pause(standby)
+    wait_for(lambda: "pg_basebackup" in (standby.sql_scalar(
+        "SELECT error FROM tsmove.jobs WHERE job_id = %s", (job,)) or ""), 60,
+        what="the switch to wait for the backup")
+    assert job_state(standby, job) != "done"
+    taker.join(300)
+    assert "error" not in backup, backup.get("error")
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "done"
+    restored = backup["cluster"]
+    standby.sql("CHECKPOINT")
+    primary.wait_for_replay(standby)
+    wait_for(lambda: restored.sql_scalar(
+        "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+        (standby.sql_scalar("SELECT pg_last_wal_replay_lsn()"),)), 60,
+        what="the restored copy to catch up")
+    assert shadow.problems(restored) == []
+    assert restored.row_hash("pgbench_accounts", "aid") == primary.row_hash(
+        "pgbench_accounts", "aid")
+    assert restored.amcheck() == []
+
+
+@pytest.mark.matrix
+def test_a_cascading_standby_goes_on_while_its_upstream_relocates(primary):
+    """A standby of the standby replays through the middle one's
+    relocation under TPC-B: it is never stopped, keeps its own location,
+    and ends with the primary's rows."""
+    shadow = ShadowTpcb(primary, scale=2, tablespace="ts_a")
+    standby = primary.make_standby("standby", extra_conf=STANDBY_CONF)
+    primary.sql("CHECKPOINT")
+    primary.wait_for_replay(standby)
+    standby.sql("CHECKPOINT")
+    cascade = standby.make_standby("cascade", extra_conf=STANDBY_CONF)
+    cascade_location = location_of(cascade, "ts_a")
+    old_dir = location_of(standby, "ts_a")
+    new_dir = new_location(standby, "relocated")
+    bench = shadow.run_background(seconds=12, clients=2, jobs=1)
+    job = standby_relocate(standby, new_dir)
+    assert wait_local_job(standby, job) == "done"
+    bench.wait()
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "done"
+    assert location_of(cascade, "ts_a") == cascade_location
+    target = standby.sql_scalar("SELECT pg_last_wal_replay_lsn()")
+    wait_for(lambda: cascade.sql_scalar("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                        (target,)), 60, what="the cascade to catch up")
+    assert shadow.problems(cascade) == []
+    assert cascade.row_hash("pgbench_accounts", "aid") == primary.row_hash(
+        "pgbench_accounts", "aid")
+    assert cascade.amcheck() == []
+    assert cascade.sql_scalar("SELECT count(*) FROM tsmove.jobs") == 0

@@ -233,6 +233,7 @@ standby_switch_lock(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	int			laggard;
+	char		what[MAXPGPATH + 64];
 
 	st->nlocked = 0;
 	st->may_terminate = superuser_arg(job->row.submitted_by);
@@ -243,6 +244,14 @@ standby_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
+	/* no pause of replay for an attempt switch_check would refuse anyway */
+	if (tsm_backup_running(NULL, what, sizeof(what)))
+	{
+		CommitTransactionCommand();
+		tsm_ctl_note(&job->ctl, "waiting for %s to end: a backup must not read the tablespace "
+					 "across the switch", what);
+		return false;
+	}
 	if (tsm_standby_pause_replay(job))
 		return true;
 	CommitTransactionCommand();
