@@ -18,7 +18,10 @@ changed=$( { git diff --name-only "$base"; git ls-files --others --exclude-stand
 # file pattern -> the pytest modules that exercise it
 modules_for() {
     case "$1" in
-        src/relocation/*)   echo test_relocation test_relocation_backups test_switch_stalls ;;
+        src/relocation/relocation_standby.c|src/jobs/local_jobs*|src/workers/launcher.c)
+                            echo test_standby_relocation test_queue ;;
+        src/relocation/*)   echo test_relocation test_relocation_backups test_switch_stalls \
+                                 test_standby_relocation ;;
         src/relation/*)     echo test_move_online test_move_failures ;;
         src/engine/*)       echo test_move_online test_relocation ;;
         src/jobs/pacing*)   echo test_steering ;;
@@ -31,6 +34,7 @@ modules_for() {
         control/*)          echo test_security test_extension ;;
         test/eval/*)        echo test_eval_smoke ;;
         test/integrity.py)  echo test_crash_matrix ;;
+        test/hacluster.py)  echo test_patroni ;;
         test/pgcluster.py|test/conftest.py|test/moves.py)
                             echo test_harness ;;
         test/test_*.py)     basename "$1" .py ;;
