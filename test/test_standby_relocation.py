@@ -337,3 +337,65 @@ def test_a_cascading_standby_goes_on_while_its_upstream_relocates(primary):
         "pgbench_accounts", "aid")
     assert cascade.amcheck() == []
     assert cascade.sql_scalar("SELECT count(*) FROM tsmove.jobs") == 0
+
+
+@pytest.mark.matrix
+def test_a_checkpoint_after_a_promotion_in_the_window_loses_nothing(primary):
+    """(A hostile review's attack.)  The standby is promoted just after its
+    switch's last look, writes 20 000 rows (with a small buffer pool, so
+    that backends write pages through old descriptors) and asks for a
+    checkpoint, before the rename.  No checkpoint completes until the
+    worker has looked again and stopped the server: crash recovery replays
+    the rows into the new files, and all 22 000 are there."""
+    primary.sql("CREATE TABLE big (id int, pad text) TABLESPACE ts_a;"
+                "INSERT INTO big SELECT g, repeat('b', 500) FROM generate_series(1, 2000) g")
+    standby = primary.make_standby("standby", extra_conf=STANDBY_CONF + ["shared_buffers = '1MB'"])
+    primary.sql("CHECKPOINT")
+    primary.wait_for_replay(standby)
+    standby.sql("CHECKPOINT")
+    new_dir = new_location(standby, "relocated")
+    set_pause(standby, "renaming")
+    job = standby_relocate(standby, new_dir)
+    wait_for(lambda: "job %d pauses at renaming" % job in standby.log_contents(), 60,
+             what="the pause at renaming")
+    primary.stop()
+    run_pg_ctl(standby, "promote", "-W")
+    wait_for(lambda: not standby.sql_scalar("SELECT pg_is_in_recovery()"), 60,
+             what="the promotion")
+    standby.sql("INSERT INTO big SELECT g, repeat('p', 500) FROM generate_series(100001, 120000) g")
+    checkpoint = threading.Thread(target=lambda: _ignore_errors(standby.sql, "CHECKPOINT"),
+                                  daemon=True)
+    checkpoint.start()
+    time.sleep(1)
+    # through the rename and the barrier to the next pause, after which the
+    # worker looks again: a checkpoint has all the time it wants there
+    standby.sql("ALTER SYSTEM SET pg_tsmove.debug_pause_at = 'warming'")
+    standby.sql("SELECT pg_reload_conf()")
+    wait_for(lambda: "job %d pauses at warming" % job in standby.log_contents() or
+             "PANIC" in standby.log_contents(), 60, what="the pause at warming")
+    checkpoint.join(10)
+    assert "checkpoint complete" not in standby.log_contents().split(
+        "received promote request")[-1], "a checkpoint completed inside the window"
+    _ignore_errors(standby.sql, "ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    _ignore_errors(standby.sql, "SELECT pg_reload_conf()")
+    wait_for(lambda: "PANIC" in standby.log_contents(), 60, what="the PANIC")
+
+    def accepts():
+        try:
+            return standby.sql_scalar("SELECT true")
+        except psycopg.Error:
+            return False
+    wait_for(accepts, 120, what="connections after the restart")
+    if standby.sql_scalar("SELECT pg_is_in_recovery()"):
+        run_pg_ctl(standby, "promote")
+    assert standby.sql_scalar("SELECT count(*) FROM big") == 22000
+    assert standby.amcheck() == []
+    assert wait_local_job(standby, job) == "done"
+    assert location_of(standby, "ts_a") == new_dir
+
+
+def _ignore_errors(fn, *args):
+    try:
+        fn(*args)
+    except Exception:
+        pass

@@ -77,6 +77,7 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
 #define TSM_MAX_TERMINATED 8
 static bool releasing = false;
 static bool release_may_terminate = false;
+static bool release_on_standby = false;	/* a standby's switch: see below */
 static TimestampTz release_started = 0;
 static int	release_terminated[TSM_MAX_TERMINATED];	/* sent SIGTERM, in order */
 static int	release_nterminated = 0;
@@ -170,6 +171,20 @@ capture_laggard(ErrorData *edata)
 		if (!listed && release_nterminated < TSM_MAX_TERMINATED)
 			release_terminated[release_nterminated++] = pid;
 	}
+	/*
+	 * A standby's switch (relocation_standby.c) that waits this long after
+	 * its rename, with the server promoted meanwhile: the promoted server may
+	 * be writing through old descriptors, and a checkpoint may be waiting
+	 * for the switch (DELAY_CHKPT_COMPLETE) without answering the barrier.
+	 * Only crash recovery can put its writes into the new files: now.
+	 */
+	if (pid != 0 && releasing && release_on_standby &&
+		(!RecoveryInProgress() || PromoteIsTriggered()))
+		ereport(PANIC,
+				(errmsg("pg_tsmove: the server was promoted while a tablespace relocation's switch "
+						"waited for process %d to close its files", pid),
+				 errdetail("Pages changed after the promotion may have been written to the old location; "
+						   "crash recovery replays them into the new one.")));
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }
@@ -207,10 +222,12 @@ wake_startup_process(void)
  *		(the job's submitter is still a superuser), a client session
  *		blocked writing to its client that a report names once the wait has
  *		lasted that long is sent SIGTERM (capture_laggard); each is logged
- *		after the wait.
+ *		after the wait.  on_standby (a standby's switch, which holds
+ *		checkpoints from completing): a report made after a promotion
+ *		PANICs (capture_laggard).
  */
 void
-tsm_barrier_release(bool may_terminate)
+tsm_barrier_release(bool may_terminate, bool on_standby)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 
@@ -220,6 +237,7 @@ tsm_barrier_release(bool may_terminate)
 	release_started = GetCurrentTimestamp();
 	release_nterminated = 0;
 	release_may_terminate = may_terminate;
+	release_on_standby = on_standby;
 	releasing = true;
 	WaitForProcSignalBarrier(generation);
 	releasing = false;

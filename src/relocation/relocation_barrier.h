@@ -19,7 +19,7 @@
 #define TSM_BARRIER_NAMING_GAP_MS (2 * TSM_BARRIER_PROBE_MS + 3000)
 
 extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
-extern void tsm_barrier_release(bool may_terminate);
+extern void tsm_barrier_release(bool may_terminate, bool on_standby);
 extern bool tsm_terminate_client_writer(int pid);
 
 #endif							/* TSM_RELOCATION_BARRIER_H */

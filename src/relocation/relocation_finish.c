@@ -31,6 +31,7 @@
 
 #include "catalog/pg_tablespace.h"
 #include "storage/fd.h"
+#include "storage/proc.h"
 
 #include "relocation/relocation_backups.h"
 #include "relocation/relocation_internal.h"
@@ -276,7 +277,9 @@ tsm_relocation_cleanup(TsmJob *job)
 
 	if (st == NULL)
 		return;
-	tsm_standby_end_pause(st);	/* an error between pause and resume */
+	/* an error inside the switch: no abort clears these, nor resumes replay */
+	MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
+	tsm_standby_end_pause(st);
 	close_all_files(job);
 	if (job->switch_committed)
 	{

@@ -66,7 +66,7 @@
 #include "relocation/relocation_internal.h"
 
 /* How often the switch looks whether replay has paused. */
-#define TSM_PAUSE_POLL_MS 1
+#define TSM_PAUSE_POLL_MS 5
 /*
  * How long it waits for that.  Nobody waits meanwhile (no lock is held);
  * replay stops at its next record, unless that record waits for a

@@ -617,7 +617,7 @@ remove_unlinked_tombstones(TsmJob *job)
 void
 tsm_reloc_release_old_descriptors(TsmRelocation *st)
 {
-	tsm_barrier_release(st->may_terminate);
+	tsm_barrier_release(st->may_terminate, st->on_standby);
 	st->barrier_done = true;
 }
 
@@ -641,7 +641,9 @@ create_inactive_segments(TsmJob *job)
 	{
 		TsmFile    *f = fs->order[i];
 
-		if (f->gone || !OidIsValid(f->relid) || !holds_lock_on(st, f))
+		/* on a standby replay is paused: no file changes now */
+		if (f->gone ||
+			(!st->on_standby && (!OidIsValid(f->relid) || !holds_lock_on(st, f))))
 			continue;
 		for (int segno = 1;; segno++)
 		{
@@ -700,17 +702,28 @@ tsm_relocation_switch_commit(TsmJob *job)
 
 	/*
 	 * The last look for backups, seconds after switch_check's.  From here
-	 * to the rename checkpoints wait (DELAY_CHKPT_START, cleared by an
-	 * abort too): a backup that starts now lists pg_tblspc only after its
-	 * start checkpoint, so it reads the new link; one that started before
-	 * is seen here (relocation_backups.c), and the switch waits for it to end.
+	 * to the rename checkpoints wait (DELAY_CHKPT_START; no abort clears
+	 * it: each way out below does, and cleanup after an error): a backup
+	 * that starts now lists pg_tblspc only after its start checkpoint, so
+	 * it reads the new link; one that started before is seen here
+	 * (relocation_backups.c), and the switch waits for it to end.  (On a
+	 * standby a backup starts at a restartpoint, which does not wait: one
+	 * that starts now may read the old link, and finish waits for it.)
 	 */
 	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
 	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
+	/*
+	 * On a standby, no checkpoint may complete from here until the window
+	 * is checked (tsm_standby_check_window): one that a promotion allowed
+	 * would put the promoted server's writes through old descriptors before
+	 * its redo point, out of crash recovery's reach.
+	 */
+	if (st->on_standby)
+		MyProc->delayChkptFlags |= DELAY_CHKPT_COMPLETE;
 	pg_memory_barrier();		/* the flag is seen before we read who backs up */
 	if (st->on_standby && (!RecoveryInProgress() || PromoteIsTriggered()))
 	{
-		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+		MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
 		LWLockRelease(TablespaceCreateLock);
 		tsm_standby_end_pause(st);
 		tsm_standby_check_not_promoted(st);
@@ -718,7 +731,7 @@ tsm_relocation_switch_commit(TsmJob *job)
 	if (tsm_backup_running(NULL, what, sizeof(what)) ||
 		temporary_files_present(st, what, sizeof(what)))
 	{
-		MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
+		MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
 		LWLockRelease(TablespaceCreateLock);
 		tsm_ctl_note(&job->ctl, "%s appeared just before the switch; retrying", what);
 		tsm_relocation_switch_release(job);
@@ -733,6 +746,7 @@ tsm_relocation_switch_commit(TsmJob *job)
 	{
 		int			save_errno = errno;
 
+		MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
 		LWLockRelease(TablespaceCreateLock);
 		errno = save_errno;
 		if (strcmp(link, st->old_location) != 0)
@@ -751,6 +765,7 @@ tsm_relocation_switch_commit(TsmJob *job)
 
 		RESUME_INTERRUPTS();
 		(void) unlink(tmp_link);
+		MyProc->delayChkptFlags &= ~(DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE);
 		LWLockRelease(TablespaceCreateLock);
 		errno = save_errno;
 		ereport(ERROR,
@@ -771,7 +786,10 @@ tsm_relocation_switch_commit(TsmJob *job)
 	 */
 	tsm_ctl_debug_pause(&job->ctl, "warming");
 	if (st->on_standby)
+	{
 		tsm_standby_check_window(st);
+		MyProc->delayChkptFlags &= ~DELAY_CHKPT_COMPLETE;
+	}
 	return true;
 }
 
