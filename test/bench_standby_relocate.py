@@ -153,10 +153,11 @@ def main():
             bench.wait(timeout=30)
         except Exception:
             pass                                # terminated: no summary
+        problems = primary.amcheck()            # and CREATE EXTENSION amcheck
         primary.wait_for_replay(standby, timeout=300)
         same = primary.row_hash("pgbench_accounts", "aid") == standby.row_hash(
             "pgbench_accounts", "aid")
-        problems = standby.balance_invariant() + standby.amcheck()
+        problems += standby.balance_invariant() + standby.amcheck()
         result = {
             "ok": state == "done" and same and not problems,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -182,8 +183,11 @@ def main():
                 ("after", result["after"])]
         md = ["# A hot standby relocating its own tablespace copy",
               "",
-              "`python3 test/bench_standby_relocate.py --scale %d` at %s (%s); %s." % (
-                  result["scale"], result["git"], result["date"], result["machine"]),
+              "`python3 test/bench_standby_relocate.py --scale %d` at %s (%s); %s cores, "
+              "%.0f GiB, PostgreSQL %s, %s; primary under pgbench -c 4 -j 2." % (
+                  result["scale"], result["git"], result["date"], result["machine"]["nproc"],
+                  result["machine"]["mem_gib"], result["machine"]["pg_version"],
+                  result["machine"]["disk"]),
               "",
               "Relocation: %s, %.1f s, %s MB at %.1f MB/s, replay held paused %s ms (%s attempts)."
               % (result["job"]["state"], result["seconds"],
