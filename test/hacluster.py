@@ -22,11 +22,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 
 import yaml
 
+from moves import wait_for
 from pgcluster import (PG_BIN, SERVER_USER, Cluster, chown_to_server_user,
                        find_free_port, make_server_dir, server_command)
 
@@ -40,14 +40,7 @@ class HaError(Exception):
 
 
 def wait_until(condition, timeout_s, what, interval_s=0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise HaError("timed out after %ss waiting for %s" % (timeout_s, what))
-        time.sleep(interval_s)
+    return wait_for(condition, timeout_s, interval_s, what)
 
 
 class Etcd:

@@ -215,13 +215,7 @@ def test_promotion_in_the_switch_window_restarts_the_standby(primary):
     wait_for(lambda: "PANIC" in standby.log_contents(), 60, what="the PANIC")
     wait_for(lambda: "all server processes terminated; reinitializing" in
              standby.log_contents(), 60, what="the restart after the PANIC")
-
-    def accepts():
-        try:
-            return standby.sql_scalar("SELECT true")
-        except psycopg.Error:
-            return False
-    wait_for(accepts, 120, what="connections after the restart")
+    wait_for(lambda: accepts_connections(standby), 120, what="connections after the restart")
     if standby.sql_scalar("SELECT pg_is_in_recovery()"):
         run_pg_ctl(standby, "promote")          # the crash took the request with it
     wait_for(lambda: not standby.sql_scalar("SELECT pg_is_in_recovery()"), 60,
@@ -231,6 +225,13 @@ def test_promotion_in_the_switch_window_restarts_the_standby(primary):
     assert version_dir_files(old_dir) == []
     assert standby.row_hash("pgbench_accounts", "aid") == expected
     assert shadow.problems(standby) == []
+
+
+def accepts_connections(cluster):
+    try:
+        return cluster.sql_scalar("SELECT true")
+    except psycopg.Error:
+        return False
 
 
 def run_pg_ctl(cluster, *args):
@@ -379,13 +380,7 @@ def test_a_checkpoint_after_a_promotion_in_the_window_loses_nothing(primary):
     _ignore_errors(standby.sql, "ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
     _ignore_errors(standby.sql, "SELECT pg_reload_conf()")
     wait_for(lambda: "PANIC" in standby.log_contents(), 60, what="the PANIC")
-
-    def accepts():
-        try:
-            return standby.sql_scalar("SELECT true")
-        except psycopg.Error:
-            return False
-    wait_for(accepts, 120, what="connections after the restart")
+    wait_for(lambda: accepts_connections(standby), 120, what="connections after the restart")
     if standby.sql_scalar("SELECT pg_is_in_recovery()"):
         run_pg_ctl(standby, "promote")
     assert standby.sql_scalar("SELECT count(*) FROM big") == 22000

@@ -67,6 +67,19 @@ tablespace_argument(const char *name)
 	return spc;
 }
 
+/* Error out if job other (not 0) relocates the tablespace already. */
+static void
+refuse_if_relocated(const char *spcname, int64 other)
+{
+	if (other != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("tablespace \"%s\" is already being relocated by job %lld",
+						spcname, (long long) other),
+				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
+						 (long long) other, (long long) other)));
+}
+
 /*
  * relocate_tablespace() on a hot standby: this server's own copy of the
  * tablespace moves, recorded as a local job (local_jobs.h), which the
@@ -90,13 +103,7 @@ relocate_on_standby(const char *spcname, const char *new_location, double rate)
 	spc = tablespace_argument(spcname);
 	(void) tsm_check_relocatable(spc, spcname, new_location);
 	other = tsm_localjob_active_on_tablespace(spc);
-	if (other != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("tablespace \"%s\" is already being relocated by job %lld",
-						spcname, (long long) other),
-				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
-						 (long long) other, (long long) other)));
+	refuse_if_relocated(spcname, other);
 
 	tuple = SearchSysCache1(TABLESPACEOID, ObjectIdGetDatum(spc));
 	if (!HeapTupleIsValid(tuple))
@@ -158,13 +165,7 @@ tsm_relocate_tablespace(PG_FUNCTION_ARGS)
 
 	(void) tsm_check_relocatable(spc, spcname, new_location);
 	other = tsm_active_relocation_of(spc);
-	if (other != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("tablespace \"%s\" is already being relocated by job %lld",
-						spcname, (long long) other),
-				 errhint("Wait for it with tsmove.wait(%lld) or stop it with tsmove.cancel(%lld).",
-						 (long long) other, (long long) other)));
+	refuse_if_relocated(spcname, other);
 	other = tsm_active_move_on_tablespace(spc);
 	if (other != 0)
 		ereport(ERROR,

@@ -224,18 +224,16 @@ note_barrier_laggard(TsmJob *job, int laggard)
 }
 
 /*
- * switch_lock on a hot standby (relocation_standby.c): no relation lock
- * (readers never wait, and only replay writes), the barrier's probe as on
- * a primary, then replay paused.  In the transaction switch_lock began.
+ * Before any lock: the barrier's probe (relocation_barrier.c).  False, with
+ * the switch's transaction committed and a note, if a process lags.
  */
 static bool
-standby_switch_lock(TsmJob *job)
+probe_barrier(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	int			laggard;
-	char		what[MAXPGPATH + 64];
 
-	st->nlocked = 0;
+	/* whether the worker may still signal sessions for the submitter */
 	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
 	{
@@ -244,6 +242,23 @@ standby_switch_lock(TsmJob *job)
 		return false;
 	}
 	st->barrier_laggard = 0;
+	return true;
+}
+
+/*
+ * switch_lock on a hot standby (relocation_standby.c): no relation lock
+ * (readers never wait, and only replay writes), the barrier's probe as on
+ * a primary, then replay paused.  In the transaction switch_lock began.
+ */
+static bool
+standby_switch_lock(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	char		what[MAXPGPATH + 64];
+
+	st->nlocked = 0;
+	if (!probe_barrier(job))
+		return false;
 	/* no pause of replay for an attempt switch_check would refuse anyway */
 	if (tsm_backup_running(NULL, what, sizeof(what)))
 	{
@@ -274,7 +289,6 @@ tsm_relocation_switch_lock(TsmJob *job)
 	int			timeout_ms = tsm_switch_lock_timeout_ms;
 	int			failed_at;
 	int			n = 0;
-	int			laggard;
 
 	tsm_job_start_transaction();
 	tsm_reloc_resolve(job, true);
@@ -312,15 +326,8 @@ tsm_relocation_switch_lock(TsmJob *job)
 		tsm_note_blockers_remain(&job->ctl, &job->block);
 		return false;
 	}
-	/* whether the worker may still signal sessions for the submitter */
-	st->may_terminate = superuser_arg(job->row.submitted_by);
-	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
-	{
-		CommitTransactionCommand();
-		note_barrier_laggard(job, laggard);
+	if (!probe_barrier(job))
 		return false;
-	}
-	st->barrier_laggard = 0;
 	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, job, st->nlocked + 1, timeout_ms,
 								 &failed_at))
 		return true;
