@@ -116,7 +116,9 @@ class PatroniNode:
             "etcd3": {"hosts": "127.0.0.1:%d" % self.ha.etcd.client_port},
             "bootstrap": {
                 "dcs": {
-                    "ttl": 10, "loop_wait": 1, "retry_timeout": 5,
+                    # not shorter: on a loaded 2-core machine a slow HA loop
+                    # must not lose the leader key (a failover nobody asked for)
+                    "ttl": 30, "loop_wait": 2, "retry_timeout": 10,
                     "maximum_lag_on_failover": 1 << 30,
                     "postgresql": {
                         "use_pg_rewind": True,
@@ -139,7 +141,12 @@ class PatroniNode:
                                    "rewind": {"username": SERVER_USER}},
                 "parameters": {"unix_socket_directories": pg.socket_dir,
                                "cluster_name": self.name,
-                               "log_line_prefix": "%m [%p] %q%a "},
+                               "log_line_prefix": "%m [%p] %q%a ",
+                               # the server log where pgcluster reads it
+                               "logging_collector": "on",
+                               "log_directory": pg.root_dir,
+                               "log_filename": os.path.basename(pg.log_file),
+                               "log_rotation_size": 0, "log_rotation_age": 0},
                 "pg_hba": hba,
                 "basebackup": basebackup,
             },
@@ -206,7 +213,7 @@ class PatroniCluster:
             "wal_level": "replica", "hot_standby": "on", "wal_log_hints": "on",
             "max_wal_senders": 10, "max_replication_slots": 10,
             "max_worker_processes": 16, "hot_standby_feedback": "on",
-            "shared_preload_libraries": "pg_tsmove", "logging_collector": "off",
+            "shared_preload_libraries": "pg_tsmove",
             "max_connections": 50,
         }
         self.parameters.update(parameters or {})
@@ -250,8 +257,24 @@ class PatroniCluster:
                 return False
         return True
 
-    def wait_healthy(self, n, timeout_s=180):
-        return wait_until(lambda: self.healthy(n), timeout_s, "%d healthy nodes" % n)
+    def wait_healthy(self, n, timeout_s=300):
+        try:
+            return wait_until(lambda: self.healthy(n), timeout_s, "%d healthy nodes" % n)
+        except AssertionError as e:
+            raise HaError("%s\nPatroni says: %s\n%s" % (e, self.states(), self.logs_tail())) from None
+
+    def logs_tail(self, lines=25):
+        """The end of every node's Patroni and PostgreSQL logs, for a failure."""
+        out = []
+        for node in self.nodes.values():
+            for label, path in (("patroni", node.log_file), ("postgres", node.pg.log_file)):
+                try:
+                    with open(path, errors="replace") as f:
+                        tail = f.read().splitlines()[-lines:]
+                except OSError:
+                    tail = ["(no log)"]
+                out.append("----- %s %s -----\n%s" % (node.name, label, "\n".join(tail)))
+        return "\n".join(out)
 
     def patronictl(self, *args):
         node = next(iter(self.nodes.values()))
