@@ -6,7 +6,7 @@
  * pg_tsmove/local/<job_id>.job holds a TsmLocalJob behind a magic number
  * and a format version, followed by its CRC-32C; a file that fails those
  * checks is skipped with a WARNING, never trusted.  pg_tsmove/local/next_id
- * holds the next id to give, so that a purged job's id is not given again.
+ * holds the next id to give, so that an id is never given twice, even if job files are removed.
  * Every write is whole and durable (durable_file.c): a crash leaves the old
  * content or the new one.
  *
@@ -26,7 +26,6 @@
 #include "port/pg_crc32c.h"
 #include "storage/fd.h"
 #include "storage/lwlock.h"
-#include "utils/acl.h"
 #include "utils/timestamp.h"
 
 #include "jobs/durable_file.h"
@@ -311,18 +310,6 @@ tsm_localjob_claim_next(TsmClaimedJob *claimed)
 	return false;
 }
 
-/* Whether a local job waits to be run. */
-bool
-tsm_localjob_has_queued(void)
-{
-	ListCell   *lc;
-
-	foreach(lc, tsm_localjob_list())
-		if (((TsmLocalJob *) lfirst(lc))->state == TSM_QUEUED)
-			return true;
-	return false;
-}
-
 /* The local job on tablespace spc that has not ended, or 0. */
 int64
 tsm_localjob_active_on_tablespace(Oid spc)
@@ -501,34 +488,4 @@ tsm_localjob_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg)
 		u.new_location = pstrdup(job->new_location);
 		callback(&u, arg);
 	}
-}
-
-/*
- * Remove the local jobs that ended before cutoff and that role submitted
- * or owns the tablespace of (any for a superuser).  Returns how many.
- */
-int64
-tsm_localjob_purge(TimestampTz cutoff, Oid role)
-{
-	int64		removed = 0;
-	ListCell   *lc;
-
-	foreach(lc, tsm_localjob_list())
-	{
-		TsmLocalJob *job = lfirst(lc);
-		char		path[MAXPGPATH];
-
-		if (!tsm_state_is_final(job->state) || job->finished_at == 0 ||
-			job->finished_at >= cutoff ||
-			!(has_privs_of_role(role, job->submitted_by) || has_privs_of_role(role, job->owner)))
-			continue;
-		job_path(path, job->job_id);
-		LWLockAcquire(tsm_shared->local_jobs_lock, LW_EXCLUSIVE);
-		if (unlink(path) == 0)
-			removed++;
-		LWLockRelease(tsm_shared->local_jobs_lock);
-	}
-	if (removed > 0)
-		fsync_fname(TSM_LOCAL_DIR, true);
-	return removed;
 }

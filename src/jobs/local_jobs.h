@@ -69,7 +69,6 @@ extern int64 tsm_localjob_insert(TsmLocalJob *job);
 extern bool tsm_localjob_read(int64 job_id, TsmLocalJob *job);
 extern List *tsm_localjob_list(void);
 extern bool tsm_localjob_claim_next(TsmClaimedJob *claimed);
-extern bool tsm_localjob_has_queued(void);
 extern int64 tsm_localjob_active_on_tablespace(Oid spc);
 extern void tsm_localjob_record_old_location(int64 job_id, const char *old_location);
 extern void tsm_localjob_save(int64 job_id, const TsmProgress *progress, const char *error);
@@ -78,6 +77,5 @@ extern bool tsm_localjob_cancel_queued(int64 job_id);
 extern void tsm_localjob_set_rate(int64 job_id, double max_rate_mb);
 extern TsmJobState tsm_localjob_request_pause(int64 job_id, bool pause);
 extern void tsm_localjob_foreach_unfinished(TsmUnfinishedJobCallback callback, void *arg);
-extern int64 tsm_localjob_purge(TimestampTz cutoff, Oid role);
 
 #endif							/* TSM_LOCAL_JOBS_H */

@@ -583,12 +583,15 @@ tsm_dispatch_local(void)
 
 /*
  * One round of the launcher's work while the server is in recovery.  The
- * launcher starts one local worker at a time, so when none holds a slot, a
- * local job that has started and not ended is one whose worker died.
+ * launcher starts one local worker at a time, so when the one it saw
+ * running holds no slot any more, a local job that has started and not
+ * ended is one whose worker died: recover it then (start-up recovered
+ * the others), not every round.
  */
 static void
 tsm_launcher_recovery_round(void)
 {
+	static bool local_worker_seen = false;
 	bool		local_worker = false;
 
 	tsm_reap_launched_workers();
@@ -599,9 +602,11 @@ tsm_launcher_recovery_round(void)
 	LWLockRelease(tsm_shared->lock);
 	if (!local_worker)
 	{
-		tsm_recover_local_jobs();
+		if (local_worker_seen)
+			tsm_recover_local_jobs();
 		tsm_dispatch_local();
 	}
+	local_worker_seen = local_worker;
 }
 
 static void
