@@ -99,6 +99,12 @@ def test_eval_smoke(tmp_path):
             assert not [d for d in log if d["action"] == "started"], log
             assert r["checks"]["placement"] == {"a": "hda", "a_pkey": "hda",
                                                 "b": "hda", "b_pkey": "hda"}, r["checks"]
+        elif m.key == "advised":
+            # the DBA's move of A alone (the default), its prediction read first
+            assert tr["finished"], tr
+            assert r["checks"]["placement"] == {"a": "hdb", "a_pkey": "hda",
+                                                "b": "hda", "b_pkey": "hda"}, r["checks"]
+            assert "prediction" in tr["details"] and "measured_benefit_pct" in r["after_settle"]
         elif tr["finished"]:
             assert r["checks"]["placement"] == {"a": "hda", "a_pkey": "hda",
                                                 "b": "hdb", "b_pkey": "hdb"}, r["checks"]

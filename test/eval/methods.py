@@ -291,9 +291,41 @@ def decision_log(cluster):
     return out
 
 
+def share_audit(cluster):
+    """What the prediction's shares are made of, at this moment: each
+    relation's reads from outside shared buffers (pg_statio), each
+    tablespace's totals and its last window (tsmove.tablespace_io), and
+    the candidates' shares and predictions."""
+    rel = cluster.sql(
+        "SELECT relname, heap_blks_read + coalesce(toast_blks_read, 0), "
+        "coalesce(idx_blks_read, 0) FROM pg_statio_user_tables ORDER BY 1")
+    spc = cluster.sql(
+        "SELECT tablespace, device, data_blocks_read, index_blocks_read, "
+        "round(data_blocks_read_s + index_blocks_read_s), round(util_pct), stats_reset "
+        "FROM tsmove.tablespace_io WHERE device IS NOT NULL ORDER BY 1")
+    cand = cluster.sql(
+        "SELECT relation::text, target_tablespace, read_share_pct, source_util_pct, "
+        "benefit_pct FROM tsmove.advise_candidates(8, '30s') ORDER BY 1, 2")
+    hist = cluster.sql(
+        "SELECT DISTINCT ON (device, start_time) device, extract(epoch FROM start_time), "
+        "round(util_pct::numeric, 1), round(reads_s::numeric), round(read_kb_s::numeric), "
+        "round(writes_s::numeric), round(write_kb_s::numeric), round(r_await_ms::numeric, 2), "
+        "round(w_await_ms::numeric, 2), round((data_blocks_read_s + index_blocks_read_s)::numeric) "
+        "FROM tsmove.tablespace_io_history WHERE device IS NOT NULL "
+        "AND start_time > now() - interval '4 minutes' ORDER BY device, start_time")
+    return {"at": time.time(),
+            "history": [[r[0]] + [float(x) if x is not None else None for x in r[1:]] for r in hist],
+            "relations": [[r[0], int(r[1]), int(r[2])] for r in rel],
+            "tablespaces": [[r[0], r[1], int(r[2] or 0), int(r[3] or 0), float(r[4] or 0),
+                             float(r[5] or 0), str(r[6])] for r in spc],
+            "candidates": [[r[0], r[1]] + [float(x) if x is not None else None for x in r[2:]]
+                           for r in cand]}
+
+
 def run_autopilot(run):
     cl = run.cluster
     tr = Transition(start=time.time())
+    tr.details["share_audit"] = [share_audit(cl)]
     cl.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'on'")
     cl.sql("SELECT pg_reload_conf()")
     deadline = tr.start + run.transition_timeout
@@ -329,8 +361,67 @@ def autopilot_after_settle(run, wait_s=60):
         done = [d for d in log if d["action"] == "done"]
         if (done and all(d["verdict"] for d in done)) or time.time() > deadline or \
                 not any(d["action"] == "started" for d in log):
-            return {"decisions": log}
+            return {"decisions": log, "share_audit_after": share_audit(run.cluster)}
         time.sleep(2)
+
+
+# ---------------------------------------------------------------------------
+# a move the DBA names, with the prediction checked against the outcome
+
+# the relation the DBA moves; "auto": advise_candidates()' first candidate
+# for TSB2, recommended or not
+ADVISED_RELATION = os.environ.get("TSM_EVAL_ADVISED", "public.a")
+ADVISED_CONF = tuple(c for c in AUTOPILOT_CONF if not c.startswith("pg_tsmove.autopilot"))
+
+
+def run_advised(run):
+    """Read advise_candidates()' prediction for moving ADVISED_RELATION to
+    TSB2 (whatever its verdict, with no least volume of reads), then move
+    it: the prediction of a move the autopilot might not make, for
+    autopilot_measure() to check."""
+    cl = run.cluster
+    tr = Transition(start=time.time())
+    tr.details["share_audit"] = [share_audit(cl)]
+    rows = cl.sql("SELECT benefit_pct, source_util_pct, source_util_after_pct, "
+                  "target_util_pct, target_util_after_pct, read_share_pct, verdict_code, "
+                  "relation::text "
+                  "FROM tsmove.advise_candidates(0, '30s') WHERE target_tablespace = 'tsb2' "
+                  "AND (%s = 'auto' OR relation = to_regclass(%s)) "
+                  "ORDER BY verdict_code NULLS FIRST, benefit_pct DESC",
+                  (ADVISED_RELATION, ADVISED_RELATION))
+    row = [r[:7] for r in rows[:1]]
+    relation = rows[0][7] if rows else ADVISED_RELATION
+    if relation == "auto":
+        tr.end = time.time()
+        tr.error = "advise_candidates() weighed no move to tsb2"
+        return tr
+    if "." not in relation:
+        relation = "public." + relation
+    tr.details["prediction"] = ([float(x) if x is not None and not isinstance(x, str) else x
+                                 for x in row[0]] if row else None)
+    job = cl.sql_scalar("SELECT tsmove.move(%s, 'tsb2')", (relation,))
+    tr.details["advised_job"] = job
+    tr.details["moved"] = relation.split(".")[-1]
+    tr.details["call"] = "SELECT tsmove.move('%s', 'tsb2')" % relation
+    return _wait_jobs(run, job, tr)
+
+
+def advised_after_settle(run):
+    """autopilot_measure() of the advised move, once its window after (two
+    30-s windows and the relation map's 5 s after its end) is over."""
+    job, finished = run.cluster.sql(
+        "SELECT job_id, extract(epoch FROM finished_at) FROM tsmove.job "
+        "WHERE parent_job IS NULL ORDER BY job_id DESC LIMIT 1")[0]
+    deadline = (float(finished) if finished is not None else time.time()) + 70
+    while True:
+        row = run.cluster.sql("SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '30s')",
+                              (job,))
+        if (row and row[0][0] is not None) or time.time() > deadline:
+            break
+        time.sleep(2)
+    return {"measured_benefit_pct": float(row[0][0]) if row and row[0][0] is not None else None,
+            "measured": row[0][1] if row else None,
+            "share_audit_after": share_audit(run.cluster)}
 
 
 def run_offline_copy(run):
@@ -394,6 +485,11 @@ METHODS = [
            "the essay's section 5: measure, decide by policy, act, report",
            run_autopilot, server_conf=AUTOPILOT_CONF,
            after_settle=autopilot_after_settle),
+    Method("advised", "the DBA moves %s to TSB2 (prediction checked)" % (
+               ADVISED_RELATION if ADVISED_RELATION != "auto" else "the first candidate"),
+           "the autopilot's model, checked on a move it need not choose",
+           run_advised, server_conf=ADVISED_CONF,
+           after_settle=advised_after_settle),
     Method("offline_copy", "stop, copy TSB's directory, relink, start",
            "method 3 analogue: below the database (here offline)",
            run_offline_copy, moves_tablespace=True),

@@ -181,6 +181,8 @@ def markdown(res):
                     facts["b"]["index_bytes"] / 2**20, s["shared_buffers"],
                     s["query_range"], s["warmup_s"], s["transition_timeout_s"],
                     s["settle_s"]))
+    if s.get("update_rate"):
+        lines[-1] += " Each update stream is held to %d transactions/s (pgbench -R)." % s["update_rate"]
     if s.get("tsmove_rate_mb") is not None:
         lines[-1] += " pg_tsmove calls pass max_rate_mb => %s." % s["tsmove_rate_mb"]
     lines.append("")
@@ -260,6 +262,7 @@ def markdown(res):
         lines.append("")
         lines += ["- " + n for n in notes]
     lines += autopilot_section(res)
+    lines += advised_section(res)
     lines.append("")
     lines.append("Plan of the SELECT streams (EXPLAIN, one parameter set):")
     lines.append("")
@@ -317,6 +320,33 @@ def autopilot_section(res):
         lines.append("")
         lines.append("Measured by the streams, final state against after warm-up: SELECT %s, "
                      "update A %s, update B %s." % (gain("select"), gain("update_a"), gain("update_b")))
+    return lines
+
+
+def advised_section(res):
+    """The DBA's move: the prediction read before it, the outcome measured
+    by the autopilot's own measure."""
+    runs = [r for r in res["methods"] if r["key"] == "advised" and r.get("available")
+            and "transition" in r]
+    if not runs:
+        return []
+    r = runs[0]
+    pred = r["transition"]["details"].get("prediction")
+    after = r.get("after_settle") or {}
+    me = after.get("measured") or {}
+    lines = ["", "**The advised move, predicted against measured** (%s):" %
+             r["transition"]["details"].get("call", ""), ""]
+    lines.append("| predicted benefit | source util → predicted | target util → predicted | "
+                 "read share | verdict | measured benefit | measured util before → after "
+                 "(source; target) | blocks read/s before → after |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    p = pred or [None] * 7
+    lines.append("| %s | %s → %s | %s → %s | %s %% | %s | %s | %s → %s; %s → %s | %s → %s |" % (
+        _pct(p[0]), _pct(p[1]), _pct(p[2]), _pct(p[3]), _pct(p[4]), _pct(p[5]), p[6] or "-",
+        _pct(after.get("measured_benefit_pct")),
+        _pct(me.get("before_source_util_pct")), _pct(me.get("after_source_util_pct")),
+        _pct(me.get("before_target_util_pct")), _pct(me.get("after_target_util_pct")),
+        _pct(me.get("before_blocks_read_s")), _pct(me.get("after_blocks_read_s"))))
     return lines
 
 

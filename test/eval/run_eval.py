@@ -293,7 +293,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     cluster.start()
     streams = workload.StreamSet(
         cluster, logdir, args.rows, args.query_range,
-        max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900)
+        max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900,
+        update_rate=args.update_rate, third_table=args.third_table)
     run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb)
     try:
         res["t_streams_start"] = run.t_streams_start = time.time()
@@ -408,6 +409,13 @@ def parse_args(argv):
                     help="rows per table (default 150000: ~390 MiB each, 3x shared_buffers)")
     ap.add_argument("--query-range", type=int, default=10000,
                     help="keys per SELECT, @top - @bottom (default 10000, as the essay)")
+    ap.add_argument("--update-rate", type=int, default=None,
+                    help="transactions/s of each update stream (pgbench -R); "
+                         "default: closed streams, as fast as they go")
+    ap.add_argument("--third-table", nargs="?", const="hda", choices=("hda", "hdb"),
+                    help="a table C, on HDA beside A (or on HDB, in tsb2, the "
+                         "target), with a stream of range scans of C alone and one "
+                         "of updates of C")
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
     ap.add_argument("--transition-timeout-s", type=int, default=150)
@@ -454,6 +462,7 @@ def main(argv=None):
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
         signal.signal(signal.SIGHUP, _raise_interrupt)
     os.makedirs(args.out_dir, exist_ok=True)
+    tables = ("a", "b", "c") if args.third_table else ("a", "b")
     for stale in disks_mod.clean_stale_runs("/tmp"):
         log("removed what a killed evaluation left: %s" % stale)
     t_start = time.time()
@@ -471,6 +480,7 @@ def main(argv=None):
            "command": "python3 test/eval/run_eval.py " + " ".join(
                shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
            "settings": {"rows": args.rows, "query_range": args.query_range,
+                        "update_rate": args.update_rate, "third_table": args.third_table,
                         "warmup_s": args.warmup_s, "settle_s": args.settle_s,
                         "transition_timeout_s": args.transition_timeout_s,
                         "tsmove_rate_mb": args.tsmove_rate_mb,
@@ -502,10 +512,11 @@ def main(argv=None):
             cluster.sql("CREATE EXTENSION pg_repack")
         workload.create_schema(cluster, os.path.join(disks.hda, "tsa"),
                                os.path.join(disks.hda, "tsb"),
-                               os.path.join(disks.hdb, "tsb2"))
-        log("loading %d rows into a and b" % args.rows)
+                               os.path.join(disks.hdb, "tsb2"), tables=tables,
+                               third_on=args.third_table)
+        log("loading %d rows into %s" % (args.rows, ", ".join(tables)))
         t = time.time()
-        workload.load_data(cluster, args.rows)
+        workload.load_data(cluster, args.rows, tables)
         res["load_s"] = time.time() - t
         res["data"] = workload.data_facts(cluster)
         log("loaded in %.0f s: a %.0f MiB, b %.0f MiB (with indexes)"

@@ -49,6 +49,14 @@ STREAMS = (
     ("update_a", "update_a.sql", False),
     ("update_b", "update_b.sql", False),
 )
+# With a third table (run_eval.py --third-table): C, on HDA beside A, read by
+# a stream of its own (range scans of C alone) and updated by another, so
+# that the device the autopilot relieves carries load that no move of A or
+# B takes away.
+THIRD_STREAMS = (
+    ("select_c", "select_c.sql", True),
+    ("update_c", "update_c.sql", False),
+)
 APP_PREFIX = "eval_"
 
 # Session settings of the SELECT streams: only a merge join over two
@@ -60,16 +68,19 @@ SELECT_SETTINGS = {"enable_hashjoin": "off", "enable_nestloop": "off",
 # ---------------------------------------------------------------------------
 # schema and data
 
-def create_schema(cluster, tsa_dir, tsb_dir, target_dir):
+def create_schema(cluster, tsa_dir, tsb_dir, target_dir, tables=("a", "b"), third_on="hda"):
     """Tablespaces tsa and tsb (configuration 1: both on HDA) and tsb2, the
-    empty target of the per-relation methods (on HDB); tables a and b."""
+    empty target of the per-relation methods (on HDB); tables a and b (and
+    c when asked: in tsa, or in tsb2 when third_on is "hdb")."""
     for name, location in (("tsa", tsa_dir), ("tsb", tsb_dir),
                            ("tsb2", target_dir)):
         os.makedirs(location, exist_ok=True)
         cluster_chown(location)
         cluster.sql("CREATE TABLESPACE %s LOCATION '%s'" % (name, location))
         cluster.tablespaces[name] = location
-    for t, ts in (("a", "tsa"), ("b", "tsb")):
+    for t, ts in (("a", "tsa"), ("b", "tsb"), ("c", "tsb2" if third_on == "hdb" else "tsa")):
+        if t not in tables:
+            continue
         cluster.sql("""
             CREATE TABLE {t} ({t}_key int NOT NULL,
                               {t}_value varchar(2000),
@@ -86,20 +97,20 @@ def cluster_chown(path):
         subprocess.run(["chown", "-R", "postgres:postgres", path], check=True)
 
 
-def load_data(cluster, rows):
+def load_data(cluster, rows, tables=("a", "b")):
     """Insert rows into a and b as the essay's Figure 2 does; one session,
     so setseed() fixes every random() that follows."""
     value = "lpad(translate(i::bit(32)::text, '01', 'AB'), 2000, 'A')"
     with cluster.conn() as conn:
         conn.execute("SELECT setseed(0.2008)")
-        for t in ("a", "b"):
+        for t in tables:
             conn.execute("""
                 INSERT INTO {t} ({t}_key, {t}_value, {t}_price)
                 SELECT key, {value}, floor(random() * 10)
                 FROM (SELECT key, (row_number() OVER (ORDER BY random()) - 1)::int AS i
                       FROM generate_series(1, %s) key) shuffled
                 ORDER BY i""".format(t=t, value=value), (rows,))
-        for t in ("a", "b"):
+        for t in tables:
             conn.execute("VACUUM (ANALYZE) %s" % t)
     cluster.sql("CHECKPOINT")
 
@@ -155,7 +166,7 @@ class Stream:
     while it should run.  Each start is a segment with its own log."""
 
     def __init__(self, name, script, key_order, cluster, log_dir, rows, qrange,
-                 max_seconds):
+                 max_seconds, rate=None):
         self.name = name
         self.script = os.path.join(HERE, script)
         self.key_order = key_order
@@ -164,6 +175,7 @@ class Stream:
         self.rows = rows
         self.qrange = qrange
         self.max_seconds = max_seconds
+        self.rate = rate         # transactions/s (pgbench -R), None: closed
         self.segments = []       # (start epoch, log prefix, Popen)
         self.events = []         # (epoch, message): unexpected ends
         self.proc = None
@@ -177,6 +189,8 @@ class Stream:
                 "-T", str(int(self.max_seconds)), "-P", "5", "-f", self.script,
                 "-D", "rows=%d" % self.rows, "-D", "range=%d" % self.qrange,
                 "--log", "--log-prefix", prefix, self.cluster.conninfo()]
+        if self.rate:
+            argv[1:1] = ["-R", str(self.rate)]
         out = open(prefix + ".out", "w")
         self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                      env=env, cwd=self.log_dir)
@@ -236,10 +250,12 @@ class StreamSet:
     it should run (the event is kept: it shows what a method did to the
     workload, e.g. queries cancelled by pg_repack)."""
 
-    def __init__(self, cluster, log_dir, rows, qrange, max_seconds):
+    def __init__(self, cluster, log_dir, rows, qrange, max_seconds, update_rate=None,
+                 third_table=False):
         self.cluster = cluster
-        self.streams = [Stream(n, s, k, cluster, log_dir, rows, qrange, max_seconds)
-                        for n, s, k in STREAMS]
+        self.streams = [Stream(n, s, k, cluster, log_dir, rows, qrange, max_seconds,
+                               rate=None if k else update_rate)
+                        for n, s, k in STREAMS + (THIRD_STREAMS if third_table else ())]
         self.should_run = False
         self.lock = threading.Lock()
         self.monitor = None
