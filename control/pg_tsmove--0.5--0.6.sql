@@ -89,3 +89,455 @@ LEFT JOIN pg_catalog.pg_replication_slots slot
        ON slot.slot_name = 'pg_tsmove_' || (SELECT d.oid FROM pg_catalog.pg_database d
                                             WHERE d.datname = pg_catalog.current_database())
                            || '_' || j.job_id;
+
+/*
+ * tsmove.advise_candidates(): the 0.6 model (see its comment in
+ * pg_tsmove--0.6.sql): the relation's writes and TOAST count, its read
+ * share is taken over the horizon, and a load that changed within the
+ * horizon gives no prediction (verdict load_changing).
+ */
+CREATE OR REPLACE FUNCTION tsmove.advise_candidates(min_read_mb numeric DEFAULT 64,
+                                         horizon interval DEFAULT '1 hour')
+RETURNS TABLE (kind text,
+               relation regclass,
+               source_tablespace name,
+               target_tablespace name,
+               reason text,
+               partner regclass,
+               executions bigint,
+               concurrent_ticks bigint,
+               evidence_mb numeric,
+               score_mb numeric,
+               relation_mb numeric,
+               source_device text,
+               source_util_pct numeric,
+               target_device text,
+               target_util_pct numeric,
+               estimated_copy_time interval,
+               command text,
+               assumptions text,
+               read_share_pct numeric,
+               benefit_pct numeric,
+               source_util_after_pct numeric,
+               target_util_after_pct numeric,
+               source_await_ms numeric,
+               source_await_after_ms numeric,
+               capacity_gain_pct numeric,
+               coaccess_mb_separated numeric,
+               last_evidence timestamptz,
+               verdict_code text,
+               verdict text,
+               relation_bytes bigint,
+               relation_owner name)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $candidates$
+#variable_conflict use_column
+DECLARE
+    block_bytes numeric := current_setting('block_size')::numeric;
+    min_bytes numeric;
+    rate_mb numeric;
+    tick_s numeric;
+    observed_s numeric;
+    coaccess_since timestamptz;
+    declared_disks text := coalesce(current_setting('pg_tsmove.device_disks', true), '');
+BEGIN
+    IF min_read_mb IS NULL OR min_read_mb < 0 THEN
+        RAISE EXCEPTION 'min_read_mb must be zero or more'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the volume, in MB read from outside shared buffers, below which a move is not worth its copy (default 64).';
+    END IF;
+    IF horizon IS NULL OR horizon <= interval '0' THEN
+        RAISE EXCEPTION 'horizon must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the period over which device load is averaged, for example ''1 hour''.';
+    END IF;
+    -- first, so that a server without the library preloaded says so
+    SELECT m.coaccess_reset INTO coaccess_since FROM tsmove.monitor_info() m;
+    min_bytes := min_read_mb * 1048576;
+    rate_mb := current_setting('pg_tsmove.max_rate_mb')::numeric;
+    SELECT s.setting::numeric / 1000 INTO tick_s
+    FROM pg_settings s WHERE s.name = 'pg_tsmove.coaccess_sample_interval';
+    observed_s := greatest(1, extract(epoch FROM now() - coaccess_since));
+
+    RETURN QUERY
+    WITH
+    declared AS (
+        SELECT split_part(e, ':', 1) AS device, split_part(e, ':', 2)::integer AS ndisks
+        FROM unnest(string_to_array(replace(declared_disks, ' ', ''), ',')) AS e
+        WHERE e <> ''),
+    -- every tablespace on a known device, with its load over the horizon
+    spc AS MATERIALIZED (
+        SELECT s.spcoid, t.spcname, s.device, s.device_number,
+               coalesce(string_to_array(nullif(s.disks, ''), ','), '{}'::text[]) AS disks,
+               coalesce(s.rotational, true) AS rotational,
+               s.free_bytes, s.util_pct AS util_now, s.r_await_ms AS await_now,
+               coalesce(s.data_blocks_read, 0) + coalesce(s.index_blocks_read, 0) AS all_blocks_read
+        FROM tsmove.tablespace_io_stats() s
+        JOIN pg_tablespace t ON t.oid = s.spcoid
+        WHERE s.device IS NOT NULL AND t.spcname <> 'pg_global'),
+    hist AS (
+        SELECT h.spcoid, h.device,
+               sum(h.device_io_ms) / nullif(sum(extract(epoch FROM h.end_time - h.start_time)) * 10, 0) AS util,
+               sum(h.device_read_ms)::numeric / nullif(sum(h.device_read_ms) + sum(h.device_write_ms), 0) AS read_share,
+               (sum(h.device_read_ms) + sum(h.device_write_ms))::numeric
+                 / nullif(sum(h.device_reads) + sum(h.device_writes), 0) AS await,
+               sum(h.data_blocks_read + h.index_blocks_read) AS window_blocks_read,
+               -- the two halves of the horizon, to tell a steady load from a changing one
+               -- (each half judged on two history rows at least)
+               CASE WHEN count(*) FILTER (WHERE h.end_time <= now() - horizon / 2) >= 2
+                     AND count(*) FILTER (WHERE h.end_time > now() - horizon / 2) >= 2 THEN
+                   sum(h.device_io_ms) FILTER (WHERE h.end_time <= now() - horizon / 2)
+                     / nullif(sum(extract(epoch FROM h.end_time - h.start_time))
+                                FILTER (WHERE h.end_time <= now() - horizon / 2) * 10, 0) END AS util_older,
+               CASE WHEN count(*) FILTER (WHERE h.end_time <= now() - horizon / 2) >= 2
+                     AND count(*) FILTER (WHERE h.end_time > now() - horizon / 2) >= 2 THEN
+                   sum(h.device_io_ms) FILTER (WHERE h.end_time > now() - horizon / 2)
+                     / nullif(sum(extract(epoch FROM h.end_time - h.start_time))
+                                FILTER (WHERE h.end_time > now() - horizon / 2) * 10, 0) END AS util_newer,
+               max(h.end_time) AS last_end,
+               count(*) AS nrows
+        FROM tsmove.tablespace_io_history_rows() h
+        WHERE h.device_valid AND h.end_time > now() - horizon
+        GROUP BY h.spcoid, h.device),
+    dev AS MATERIALIZED (
+        SELECT spc.spcoid, spc.spcname, spc.device, spc.device_number,
+               -- a device named in pg_tsmove.device_disks stands on disks of its own
+               CASE WHEN dd.ndisks IS NOT NULL THEN ARRAY[spc.device] ELSE spc.disks END AS disks,
+               spc.rotational, spc.free_bytes, spc.util_now, spc.await_now,
+               least(100, coalesce(hist.util, spc.util_now, 0))::numeric AS util,
+               coalesce(hist.read_share, 1)::numeric AS read_share,
+               coalesce(hist.await, spc.await_now)::numeric AS await,
+               hist.last_end,
+               hist.window_blocks_read,
+               least(100, hist.util_older)::numeric AS util_older,
+               least(100, hist.util_newer)::numeric AS util_newer,
+               coalesce(hist.nrows, 0) AS history_rows,
+               coalesce(dd.ndisks, greatest(cardinality(spc.disks), 1)) AS parallelism
+        FROM spc
+        LEFT JOIN hist ON hist.spcoid = spc.spcoid AND hist.device = spc.device
+        LEFT JOIN (SELECT declared.device, max(declared.ndisks) AS ndisks
+                   FROM declared GROUP BY declared.device) dd ON dd.device = spc.device),
+    -- relations this database could move, with their reads since the statistics reset
+    rel AS MATERIALIZED (
+        SELECT c.oid, c.relname, n.nspname, c.relkind,
+               format('%I.%I', n.nspname, c.relname) AS qualified,
+               pg_get_userbyid(c.relowner) AS owner,
+               CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END AS spcoid,
+               -- a table's TOAST (and its index) moves with it: their reads count as its
+               greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0)
+                 + CASE WHEN c.reltoastrelid <> 0 THEN
+                       greatest(pg_stat_get_blocks_fetched(c.reltoastrelid) - pg_stat_get_blocks_hit(c.reltoastrelid), 0)
+                       + coalesce((SELECT sum(greatest(pg_stat_get_blocks_fetched(ti.indexrelid)
+                                                       - pg_stat_get_blocks_hit(ti.indexrelid), 0))
+                                   FROM pg_index ti WHERE ti.indrelid = c.reltoastrelid), 0)
+                   ELSE 0 END AS blocks_read,
+               -- what it writes to the device, in pages: the rows it changed
+               -- (a table's own, an index's through its table: inserts and
+               -- updates that are not HOT), each a page written unless the
+               -- page stays in shared buffers to take the next change too, as
+               -- often as its reads find their page there
+               CASE WHEN c.relkind = 'i'
+                    THEN (SELECT greatest(pg_stat_get_tuples_inserted(x.indrelid)
+                                          + pg_stat_get_tuples_updated(x.indrelid)
+                                          - pg_stat_get_tuples_hot_updated(x.indrelid), 0)
+                          FROM pg_index x WHERE x.indexrelid = c.oid)
+                    ELSE pg_stat_get_tuples_inserted(c.oid) + pg_stat_get_tuples_updated(c.oid)
+                         + pg_stat_get_tuples_deleted(c.oid) END
+                 * coalesce(greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0)::numeric
+                            / nullif(pg_stat_get_blocks_fetched(c.oid), 0), 1)
+                 -- and its TOAST's, which moves with it
+                 + CASE WHEN c.reltoastrelid <> 0 THEN
+                       (pg_stat_get_tuples_inserted(c.reltoastrelid) + pg_stat_get_tuples_deleted(c.reltoastrelid))
+                       * coalesce(greatest(pg_stat_get_blocks_fetched(c.reltoastrelid)
+                                           - pg_stat_get_blocks_hit(c.reltoastrelid), 0)::numeric
+                                  / nullif(pg_stat_get_blocks_fetched(c.reltoastrelid), 0), 1)
+                   ELSE 0 END AS pages_written
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_database d ON d.datname = current_database()
+        WHERE c.relkind IN ('r', 'm', 'i') AND c.relpersistence = 'p'
+          AND c.oid >= 16384
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+          -- an extension's own tables (this one's job table) are its business
+          AND NOT EXISTS (SELECT FROM pg_depend e
+                          WHERE e.classid = 'pg_class'::regclass AND e.objid = c.oid
+                            AND e.deptype = 'e')
+          AND NOT EXISTS (SELECT FROM pg_index x
+                          JOIN pg_depend e ON e.classid = 'pg_class'::regclass
+                                          AND e.objid = x.indrelid AND e.deptype = 'e'
+                          WHERE x.indexrelid = c.oid)
+          AND NOT EXISTS (SELECT FROM tsmove.jobs j
+                          WHERE j.relation = c.oid::regclass
+                            AND j.state NOT IN ('done', 'failed', 'cancelled'))),
+    -- what was read from each device, for each relation's share: every
+    -- database's reads there (tsmove.tablespace_io's totals), or this
+    -- one's if its statistics go back further
+    device_reads AS (
+        SELECT dev.device,
+               greatest(sum(r.blocks_read),
+                        (SELECT sum(a.all_blocks_read) FROM spc a WHERE a.device = dev.device)) AS blocks_read,
+               sum(r.blocks_read) AS own_blocks_read,
+               sum(r.pages_written) AS pages_written,
+               (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
+        FROM rel r JOIN dev ON dev.spcoid = r.spcoid
+        GROUP BY dev.device),
+    -- what this database read from each tablespace since its statistics'
+    -- reset (the same reset as the relation's counter): the relation's share
+    -- of it, times the tablespace's share of its device's reads over the
+    -- horizon, is its share of the device's reads over the horizon (a
+    -- relation read heavily long ago, in another tablespace of the device,
+    -- is not blamed for today's load; within a tablespace, the shares are
+    -- since the reset)
+    spc_reads AS (
+        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read
+        FROM rel r
+        GROUP BY r.spcoid),
+    -- co-accessed pairs on one device, with the evidence in blocks
+    pair AS (
+        SELECT p.rel_a::oid AS a, p.rel_b::oid AS b, p.executions, p.concurrent_ticks,
+               p.blocks_read_a, p.blocks_read_b, p.coaccess_weight, p.coaccess_weight_read,
+               p.last_seen,
+               -- read at once by different sessions: the smaller one's reads, scaled
+               -- by the share of the time both were seen being read
+               2 * least(ra.blocks_read, rb.blocks_read)
+                 * least(1, p.concurrent_ticks * tick_s / observed_s) AS concurrent_blocks,
+               p.coaccess_weight_read
+                 + 2 * least(ra.blocks_read, rb.blocks_read)
+                     * least(1, p.concurrent_ticks * tick_s / observed_s) AS evidence_blocks
+        FROM tsmove.coaccess p
+        JOIN rel ra ON ra.oid = p.rel_a::oid
+        JOIN rel rb ON rb.oid = p.rel_b::oid
+        WHERE p.same_device),
+    mover AS (
+        SELECT pr.*, m.relid, m.partner, m.pair_reads
+        FROM pair pr
+        CROSS JOIN LATERAL (VALUES (pr.a, pr.b, pr.blocks_read_a),
+                                   (pr.b, pr.a, pr.blocks_read_b)) AS m(relid, partner, pair_reads)),
+    coaccess_candidate AS (
+        SELECT 'co-access'::text AS kind, m.relid, m.partner, m.executions, m.concurrent_ticks,
+               m.coaccess_weight * block_bytes AS together_bytes,
+               m.coaccess_weight_read * block_bytes AS together_read_bytes,
+               m.concurrent_blocks * block_bytes AS concurrent_bytes,
+               m.evidence_blocks * block_bytes AS evidence_bytes,
+               m.evidence_blocks * block_bytes
+                 * CASE WHEN src.rotational THEN 1.0 ELSE 0.25 END / src.parallelism AS score_bytes,
+               src.spcoid AS src_spc, tgt.spcoid AS tgt_spc,
+               -- which of the two: the hotter one onto a faster device, else the smaller
+               CASE WHEN src.rotational AND NOT tgt.rotational
+                    THEN -m.pair_reads::numeric ELSE pg_table_size(m.relid)::numeric END AS preference,
+               m.last_seen
+        FROM mover m
+        JOIN rel r ON r.oid = m.relid
+        JOIN dev src ON src.spcoid = r.spcoid
+        JOIN dev tgt ON tgt.device <> src.device AND NOT (tgt.disks && src.disks)),
+    single_candidate AS (
+        SELECT CASE WHEN src.util >= 50 AND tgt.util <= src.util / 2 THEN 'busy device'
+                    ELSE 'faster device' END AS kind,
+               r.oid AS relid, NULL::oid AS partner, NULL::bigint AS executions,
+               NULL::bigint AS concurrent_ticks,
+               NULL::numeric AS together_bytes, NULL::numeric AS together_read_bytes,
+               NULL::numeric AS concurrent_bytes,
+               r.blocks_read * block_bytes AS evidence_bytes,
+               r.blocks_read * block_bytes
+                 * CASE WHEN src.util >= 50 AND tgt.util <= src.util / 2
+                        THEN (src.util - tgt.util) / 100 ELSE 0.5 END AS score_bytes,
+               src.spcoid AS src_spc, tgt.spcoid AS tgt_spc,
+               0::numeric AS preference,
+               src.last_end AS last_seen
+        FROM rel r
+        JOIN dev src ON src.spcoid = r.spcoid
+        JOIN dev tgt ON tgt.device <> src.device AND NOT (tgt.disks && src.disks)
+        WHERE r.blocks_read * block_bytes >= min_bytes AND r.blocks_read > 0
+          AND ((src.util >= 50 AND tgt.util <= src.util / 2)
+               OR (src.rotational AND NOT tgt.rotational))),
+    weighed AS (
+        SELECT c.*, pg_table_size(c.relid) AS size_bytes,
+               src.device AS src_device, src.util AS src_util, src.rotational AS src_rot,
+               src.parallelism AS src_par, src.history_rows AS src_rows,
+               src.read_share AS src_read_share, src.await AS src_await,
+               tgt.device AS tgt_device, tgt.util AS tgt_util, tgt.rotational AS tgt_rot,
+               tgt.parallelism AS tgt_par, tgt.free_bytes AS tgt_free,
+               src.util_older AS src_util_older, src.util_newer AS src_util_newer,
+               tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
+               (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
+               -- (least() ignores a NULL: a share with no denominator is 0)
+               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL
+                                      THEN r.blocks_read::numeric / nullif(sr.blocks_read, 0)
+                                           * src.window_blocks_read / dr.window_blocks_read
+                                      ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS read_share_f,
+               -- its share of the writes: of this database's rows written
+               -- there, scaled by this database's share of the reads there
+               -- (other databases' writes are not counted anywhere)
+               least(1, coalesce(r.pages_written::numeric / nullif(dr.pages_written, 0)
+                                 * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1), 0)) AS write_share_f
+        FROM (SELECT * FROM coaccess_candidate UNION ALL SELECT * FROM single_candidate) c
+        JOIN rel r ON r.oid = c.relid
+        JOIN dev src ON src.spcoid = c.src_spc
+        JOIN dev tgt ON tgt.spcoid = c.tgt_spc
+        LEFT JOIN device_reads dr ON dr.device = src.device
+        LEFT JOIN spc_reads sr ON sr.spcoid = r.spcoid),
+    modelled AS (
+        SELECT w.*, m.moved, w.src_util - m.moved AS src_after, w.tgt_util + m.moved AS tgt_after
+        FROM weighed w
+        CROSS JOIN LATERAL (SELECT w.src_util * (w.src_read_share * coalesce(w.read_share_f, 0)
+                                                 + (1 - w.src_read_share) * coalesce(w.write_share_f, 0)) AS moved) m),
+    candidate AS (
+        SELECT m.*,
+               greatest(m.src_util, m.tgt_util) - greatest(m.src_after, m.tgt_after) AS benefit,
+               -- the first reason not to, in the order a DBA would check them
+               CASE
+               WHEN m.kind = 'co-access' AND (m.evidence_bytes < min_bytes OR m.evidence_bytes <= 0) THEN 'evidence_below_min'
+               WHEN m.last_seen IS NULL OR m.last_seen < now() - horizon OR m.src_rows = 0 THEN 'stale'
+               -- the model predicts from a steady load: one that moved by more
+               -- than 25 points between the halves of the horizon is no basis
+               WHEN abs(m.src_util_newer - m.src_util_older) > 25
+                    OR abs(m.tgt_util_newer - m.tgt_util_older) > 25 THEN 'load_changing'
+               WHEN m.tgt_util > m.src_util THEN 'target_busier'
+               WHEN NOT m.src_rot AND m.tgt_rot THEN 'target_slower'
+               WHEN m.tgt_par < m.src_par AND NOT (m.src_rot AND NOT m.tgt_rot) THEN 'target_fewer_disks'
+               WHEN m.tgt_free IS NULL OR m.tgt_free < m.size_bytes * 1.2 THEN 'target_full'
+               END AS verdict_code
+        FROM modelled m),
+    best AS (
+        -- per pair the preferred relation, per relation the best target and kind
+        SELECT DISTINCT ON (c.relid) c.*
+        FROM (SELECT DISTINCT ON (least(c.relid, coalesce(c.partner, c.relid)),
+                                  greatest(c.relid, coalesce(c.partner, c.relid)), c.kind)
+                     c.*
+              FROM candidate c
+              WHERE c.verdict_code IS NULL
+              ORDER BY least(c.relid, coalesce(c.partner, c.relid)),
+                       greatest(c.relid, coalesce(c.partner, c.relid)), c.kind,
+                       c.preference, (NOT c.tgt_rot) DESC, c.tgt_util, c.tgt_free DESC) c
+        ORDER BY c.relid, c.score_bytes DESC, (NOT c.tgt_rot) DESC, c.tgt_util, c.tgt_free DESC),
+    kept AS (
+        -- never undo a better recommendation: no move next to a relation it
+        -- is co-accessed with that a higher-scoring one sends to that device
+        SELECT b.*
+        FROM best b
+        WHERE NOT EXISTS (
+            SELECT FROM best o
+            JOIN pair pr ON (pr.a = o.relid AND pr.b = b.relid) OR (pr.b = o.relid AND pr.a = b.relid)
+            WHERE o.tgt_device = b.tgt_device
+              AND (o.score_bytes > b.score_bytes
+                   OR (o.score_bytes = b.score_bytes AND o.relid < b.relid)))),
+    rejected AS (
+        -- per relation and target, the best-scoring rejected candidate
+        SELECT DISTINCT ON (c.relid, c.tgt_spc) c.*
+        FROM candidate c
+        WHERE c.verdict_code IS NOT NULL
+        ORDER BY c.relid, c.tgt_spc, c.score_bytes DESC),
+    result AS (
+        SELECT * FROM kept UNION ALL SELECT * FROM rejected)
+    SELECT b.kind,
+           b.relid::regclass,
+           ts.spcname,
+           tt.spcname,
+           CASE b.kind
+           WHEN 'co-access' THEN
+               format('%s and %s were read together in %s executions (%s, %s of it from outside shared buffers)%s, both on %s; moving %s (%s) to %s on %s separates them',
+                      r.qualified, pr.qualified, b.executions,
+                      pg_size_pretty(b.together_bytes::bigint),
+                      pg_size_pretty(b.together_read_bytes::bigint),
+                      CASE WHEN b.concurrent_ticks > 0
+                           THEN format(' and by different sessions at the same time in %s samples (about %s more)',
+                                       b.concurrent_ticks, pg_size_pretty(b.concurrent_bytes::bigint))
+                           ELSE '' END,
+                      b.src_device, r.qualified,
+                      CASE WHEN b.src_rot AND NOT b.tgt_rot THEN 'the hotter of the two, onto a faster device'
+                           ELSE 'the smaller of the two' END,
+                      tt.spcname, b.tgt_device)
+           WHEN 'busy device' THEN
+               format('%s is %s%% busy and %s only %s%% (averages over %s); %s is the relation read most from outside shared buffers there (%s since the statistics reset)',
+                      b.src_device, round(b.src_util, 1), b.tgt_device, round(b.tgt_util, 1),
+                      horizon, r.qualified, pg_size_pretty(b.evidence_bytes::bigint))
+           ELSE
+               format('%s was read %s from outside shared buffers since the statistics reset, on rotational %s; %s is non-rotational and no busier (%s%% vs %s%%): hot data belongs on the fastest device',
+                      r.qualified, pg_size_pretty(b.evidence_bytes::bigint), b.src_device,
+                      b.tgt_device, round(b.tgt_util, 1), round(b.src_util, 1))
+           END,
+           b.partner::regclass,
+           b.executions,
+           b.concurrent_ticks,
+           round(b.evidence_bytes / 1048576, 1),
+           round(b.score_bytes / 1048576, 1),
+           round(b.size_bytes / 1048576.0, 1),
+           b.src_device,
+           round(b.src_util, 1),
+           b.tgt_device,
+           round(b.tgt_util, 1),
+           CASE WHEN rate_mb > 0
+                THEN make_interval(secs => ceil(b.size_bytes * 2 / (rate_mb * 1048576))::double precision) END,
+           format('SELECT tsmove.move(%L, %L);', r.qualified, tt.spcname),
+           format('device load: utilisation averaged over the last %s of history (%s rows for %s; the last sampling window where there are none); '
+                  'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s%s); '
+                  'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
+                  'copy time %s, counting the page images in the WAL as the throttle does; '
+                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace since the statistics reset, %s) and %s%% of its pages written (from rows changed since the reset, this database), '
+                  'and %s%% of %s''s busy time is reading, so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
+                  'a load that changed within the horizon gives no prediction',
+                  horizon, b.src_rows, b.src_device,
+                  b.src_device, CASE WHEN b.src_rot THEN 'rotational' ELSE 'non-rotational' END,
+                  b.tgt_device, CASE WHEN b.tgt_rot THEN 'rotational' ELSE 'non-rotational' END,
+                  b.src_device, b.src_par, b.tgt_device, b.tgt_par,
+                  CASE WHEN declared_disks <> '' THEN ', pg_tsmove.device_disks = ' || declared_disks ELSE '' END,
+                  coaccess_since,
+                  CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
+                       ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END,
+                  round(coalesce(b.read_share_f, 0) * 100, 1), b.src_device,
+                  CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
+                       ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
+                  round(coalesce(b.write_share_f, 0) * 100, 1),
+                  round(b.src_read_share * 100, 1), b.src_device,
+                  round(b.moved, 1), round(b.src_util, 1), b.tgt_device),
+           round(coalesce(b.read_share_f, 0) * 100, 1),
+           round(b.benefit, 1),
+           round(b.src_after, 1),
+           round(b.tgt_after, 1),
+           round(b.src_await, 2),
+           round(b.src_await * (1 - least(b.src_util, 99) / 100) / (1 - least(b.src_after, 99) / 100), 2),
+           round((greatest(b.src_util, b.tgt_util) / nullif(greatest(b.src_after, b.tgt_after), 0) - 1) * 100, 1),
+           round(b.together_read_bytes / 1048576, 1),
+           b.last_seen,
+           b.verdict_code,
+           CASE b.verdict_code
+           WHEN 'evidence_below_min' THEN
+               format('%s and %s were read together in %s executions, but only %s of it from outside shared buffers (least worth a move: %s MB): the data is in the cache, a move would not change what the disk serves',
+                      r.qualified, pr.qualified, b.executions, pg_size_pretty(b.evidence_bytes::bigint), min_read_mb)
+           WHEN 'stale' THEN
+               CASE WHEN b.src_rows = 0
+                    THEN format('no load history of %s in the last %s: nothing recent to decide on',
+                                b.src_device, horizon)
+                    ELSE format('the evidence is older than the horizon: %s was last read %s at %s, more than %s ago',
+                                r.qualified, CASE WHEN b.partner IS NOT NULL THEN 'together with ' || pr.qualified ELSE 'heavily' END,
+                                date_trunc('second', b.last_seen), horizon) END
+           WHEN 'load_changing' THEN
+               format('the load changed within the last %s (%s: %s%% then %s%%; %s: %s%% then %s%%): the prediction assumes a steady load, so there is none until the load settles',
+                      horizon, b.src_device, coalesce(round(b.src_util_older, 1)::text, '-'),
+                      coalesce(round(b.src_util_newer, 1)::text, '-'),
+                      b.tgt_device, coalesce(round(b.tgt_util_older, 1)::text, '-'),
+                      coalesce(round(b.tgt_util_newer, 1)::text, '-'))
+           WHEN 'target_busier' THEN
+               format('%s (%s) is busier than %s: %s%% against %s%% over the last %s',
+                      tt.spcname, b.tgt_device, b.src_device, round(b.tgt_util, 1), round(b.src_util, 1), horizon)
+           WHEN 'target_slower' THEN
+               format('%s is on rotational %s, slower than non-rotational %s where %s is', tt.spcname, b.tgt_device, b.src_device, r.qualified)
+           WHEN 'target_fewer_disks' THEN
+               format('%s stripes over %s disks and %s has %s: striping already spreads the co-accessed reads (Nicola & Rizvi, Larson), moving to fewer disks would lose that',
+                      b.src_device, b.src_par, b.tgt_device, b.tgt_par)
+           WHEN 'target_full' THEN
+               format('%s has %s free on %s, and the copy of %s (%s) needs %s with room to spare',
+                      tt.spcname, coalesce(pg_size_pretty(b.tgt_free), 'unknown space'), b.tgt_device, r.qualified,
+                      pg_size_pretty(b.size_bytes), pg_size_pretty((b.size_bytes * 1.2)::bigint))
+           END,
+           b.size_bytes,
+           r.owner::name
+    FROM result b
+    JOIN rel r ON r.oid = b.relid
+    LEFT JOIN rel pr ON pr.oid = b.partner
+    JOIN pg_tablespace ts ON ts.oid = b.src_spc
+    JOIN pg_tablespace tt ON tt.oid = b.tgt_spc
+    ORDER BY b.verdict_code NULLS FIRST, b.score_bytes DESC, b.relid, tt.spcname;
+END
+$candidates$;

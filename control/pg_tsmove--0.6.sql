@@ -797,11 +797,24 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *   U_s, U_t   utilisation of the source and target devices (%)
  *   r          the source device's read share of its busy time
  *              (read ms / (read + write ms))
- *   f          the relation's share of the blocks read from outside shared
- *              buffers on the source device (its reads since the
- *              statistics reset, over every database's reads there since
- *              tsmove.tablespace_io's reset, or this database's if more)
- *   moved      = U_s * r * f, the busy time that follows the relation
+ *   f_r        the relation's share of the blocks read from outside shared
+ *              buffers on the source device over the horizon: its share of
+ *              this database's reads of its tablespace (cumulative
+ *              counters, one reset; a table's TOAST counts as its own),
+ *              times the tablespace's share of the device's reads in the
+ *              history (every database's).  With no history, the
+ *              cumulative share of the device.  Within a tablespace the
+ *              share is since the statistics reset.
+ *   f_w        its share of the pages written: the rows it and its TOAST
+ *              changed (an index: its table's inserts and non-HOT updates)
+ *              times its miss ratio (a page that stays in shared buffers
+ *              takes the next change before it is written), over this
+ *              database's on the device, times this database's share of
+ *              the reads there (no counter says what other databases
+ *              write; bulk inserts count as hits, so they look cheap)
+ * A share with no denominator (no reads or no rows changed there) is 0.
+ *   moved      = U_s * (r * f_r + (1 - r) * f_w), the busy time that
+ *              follows the relation
  *   after      U_s' = U_s - moved, U_t' = U_t + moved (same speed)
  *   benefit    = max(U_s, U_t) - max(U_s', U_t'): points of utilisation the
  *              busier device loses at today's load
@@ -809,9 +822,11 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              await' = await * (1 - U_s) / (1 - U_s')
  *   capacity   max(U_s, U_t) / max(U_s', U_t') - 1: how much more of
  *              today's work the two devices could serve (bottleneck law)
- * It ignores what co-access costs beyond busy time (seeks between the two
- * relations on a rotational disk, which separation also saves), writes of
- * the relation, and other databases' reads: an estimate, not a promise.
+ * The model predicts from a steady load: when a device's utilisation in
+ * the newer half of the horizon differs from the older half's by more than
+ * 25 points (each half two history rows at least), the verdict is
+ * load_changing and there is no recommendation.  It is an estimate, not a
+ * promise: doc/autopilot.md gives how it compared with what happened.
  */
 CREATE FUNCTION tsmove.advise_candidates(min_read_mb numeric DEFAULT 64,
                                          horizon interval DEFAULT '1 hour')
@@ -899,6 +914,19 @@ BEGIN
                sum(h.device_read_ms)::numeric / nullif(sum(h.device_read_ms) + sum(h.device_write_ms), 0) AS read_share,
                (sum(h.device_read_ms) + sum(h.device_write_ms))::numeric
                  / nullif(sum(h.device_reads) + sum(h.device_writes), 0) AS await,
+               sum(h.data_blocks_read + h.index_blocks_read) AS window_blocks_read,
+               -- the two halves of the horizon, to tell a steady load from a changing one
+               -- (each half judged on two history rows at least)
+               CASE WHEN count(*) FILTER (WHERE h.end_time <= now() - horizon / 2) >= 2
+                     AND count(*) FILTER (WHERE h.end_time > now() - horizon / 2) >= 2 THEN
+                   sum(h.device_io_ms) FILTER (WHERE h.end_time <= now() - horizon / 2)
+                     / nullif(sum(extract(epoch FROM h.end_time - h.start_time))
+                                FILTER (WHERE h.end_time <= now() - horizon / 2) * 10, 0) END AS util_older,
+               CASE WHEN count(*) FILTER (WHERE h.end_time <= now() - horizon / 2) >= 2
+                     AND count(*) FILTER (WHERE h.end_time > now() - horizon / 2) >= 2 THEN
+                   sum(h.device_io_ms) FILTER (WHERE h.end_time > now() - horizon / 2)
+                     / nullif(sum(extract(epoch FROM h.end_time - h.start_time))
+                                FILTER (WHERE h.end_time > now() - horizon / 2) * 10, 0) END AS util_newer,
                max(h.end_time) AS last_end,
                count(*) AS nrows
         FROM tsmove.tablespace_io_history_rows() h
@@ -913,6 +941,9 @@ BEGIN
                coalesce(hist.read_share, 1)::numeric AS read_share,
                coalesce(hist.await, spc.await_now)::numeric AS await,
                hist.last_end,
+               hist.window_blocks_read,
+               least(100, hist.util_older)::numeric AS util_older,
+               least(100, hist.util_newer)::numeric AS util_newer,
                coalesce(hist.nrows, 0) AS history_rows,
                coalesce(dd.ndisks, greatest(cardinality(spc.disks), 1)) AS parallelism
         FROM spc
@@ -925,7 +956,35 @@ BEGIN
                format('%I.%I', n.nspname, c.relname) AS qualified,
                pg_get_userbyid(c.relowner) AS owner,
                CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END AS spcoid,
-               greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0) AS blocks_read
+               -- a table's TOAST (and its index) moves with it: their reads count as its
+               greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0)
+                 + CASE WHEN c.reltoastrelid <> 0 THEN
+                       greatest(pg_stat_get_blocks_fetched(c.reltoastrelid) - pg_stat_get_blocks_hit(c.reltoastrelid), 0)
+                       + coalesce((SELECT sum(greatest(pg_stat_get_blocks_fetched(ti.indexrelid)
+                                                       - pg_stat_get_blocks_hit(ti.indexrelid), 0))
+                                   FROM pg_index ti WHERE ti.indrelid = c.reltoastrelid), 0)
+                   ELSE 0 END AS blocks_read,
+               -- what it writes to the device, in pages: the rows it changed
+               -- (a table's own, an index's through its table: inserts and
+               -- updates that are not HOT), each a page written unless the
+               -- page stays in shared buffers to take the next change too, as
+               -- often as its reads find their page there
+               CASE WHEN c.relkind = 'i'
+                    THEN (SELECT greatest(pg_stat_get_tuples_inserted(x.indrelid)
+                                          + pg_stat_get_tuples_updated(x.indrelid)
+                                          - pg_stat_get_tuples_hot_updated(x.indrelid), 0)
+                          FROM pg_index x WHERE x.indexrelid = c.oid)
+                    ELSE pg_stat_get_tuples_inserted(c.oid) + pg_stat_get_tuples_updated(c.oid)
+                         + pg_stat_get_tuples_deleted(c.oid) END
+                 * coalesce(greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0)::numeric
+                            / nullif(pg_stat_get_blocks_fetched(c.oid), 0), 1)
+                 -- and its TOAST's, which moves with it
+                 + CASE WHEN c.reltoastrelid <> 0 THEN
+                       (pg_stat_get_tuples_inserted(c.reltoastrelid) + pg_stat_get_tuples_deleted(c.reltoastrelid))
+                       * coalesce(greatest(pg_stat_get_blocks_fetched(c.reltoastrelid)
+                                           - pg_stat_get_blocks_hit(c.reltoastrelid), 0)::numeric
+                                  / nullif(pg_stat_get_blocks_fetched(c.reltoastrelid), 0), 1)
+                   ELSE 0 END AS pages_written
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_database d ON d.datname = current_database()
@@ -949,9 +1008,23 @@ BEGIN
     device_reads AS (
         SELECT dev.device,
                greatest(sum(r.blocks_read),
-                        (SELECT sum(a.all_blocks_read) FROM spc a WHERE a.device = dev.device)) AS blocks_read
+                        (SELECT sum(a.all_blocks_read) FROM spc a WHERE a.device = dev.device)) AS blocks_read,
+               sum(r.blocks_read) AS own_blocks_read,
+               sum(r.pages_written) AS pages_written,
+               (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
+    -- what this database read from each tablespace since its statistics'
+    -- reset (the same reset as the relation's counter): the relation's share
+    -- of it, times the tablespace's share of its device's reads over the
+    -- horizon, is its share of the device's reads over the horizon (a
+    -- relation read heavily long ago, in another tablespace of the device,
+    -- is not blamed for today's load; within a tablespace, the shares are
+    -- since the reset)
+    spc_reads AS (
+        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read
+        FROM rel r
+        GROUP BY r.spcoid),
     -- co-accessed pairs on one device, with the evidence in blocks
     pair AS (
         SELECT p.rel_a::oid AS a, p.rel_b::oid AS b, p.executions, p.concurrent_ticks,
@@ -1017,16 +1090,30 @@ BEGIN
                src.read_share AS src_read_share, src.await AS src_await,
                tgt.device AS tgt_device, tgt.util AS tgt_util, tgt.rotational AS tgt_rot,
                tgt.parallelism AS tgt_par, tgt.free_bytes AS tgt_free,
-               least(1, r.blocks_read::numeric / nullif(dr.blocks_read, 0)) AS read_share_f
+               src.util_older AS src_util_older, src.util_newer AS src_util_newer,
+               tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
+               (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
+               -- (least() ignores a NULL: a share with no denominator is 0)
+               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL
+                                      THEN r.blocks_read::numeric / nullif(sr.blocks_read, 0)
+                                           * src.window_blocks_read / dr.window_blocks_read
+                                      ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS read_share_f,
+               -- its share of the writes: of this database's rows written
+               -- there, scaled by this database's share of the reads there
+               -- (other databases' writes are not counted anywhere)
+               least(1, coalesce(r.pages_written::numeric / nullif(dr.pages_written, 0)
+                                 * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1), 0)) AS write_share_f
         FROM (SELECT * FROM coaccess_candidate UNION ALL SELECT * FROM single_candidate) c
         JOIN rel r ON r.oid = c.relid
         JOIN dev src ON src.spcoid = c.src_spc
         JOIN dev tgt ON tgt.spcoid = c.tgt_spc
-        LEFT JOIN device_reads dr ON dr.device = src.device),
+        LEFT JOIN device_reads dr ON dr.device = src.device
+        LEFT JOIN spc_reads sr ON sr.spcoid = r.spcoid),
     modelled AS (
         SELECT w.*, m.moved, w.src_util - m.moved AS src_after, w.tgt_util + m.moved AS tgt_after
         FROM weighed w
-        CROSS JOIN LATERAL (SELECT w.src_util * w.src_read_share * coalesce(w.read_share_f, 0) AS moved) m),
+        CROSS JOIN LATERAL (SELECT w.src_util * (w.src_read_share * coalesce(w.read_share_f, 0)
+                                                 + (1 - w.src_read_share) * coalesce(w.write_share_f, 0)) AS moved) m),
     candidate AS (
         SELECT m.*,
                greatest(m.src_util, m.tgt_util) - greatest(m.src_after, m.tgt_after) AS benefit,
@@ -1034,6 +1121,10 @@ BEGIN
                CASE
                WHEN m.kind = 'co-access' AND (m.evidence_bytes < min_bytes OR m.evidence_bytes <= 0) THEN 'evidence_below_min'
                WHEN m.last_seen IS NULL OR m.last_seen < now() - horizon OR m.src_rows = 0 THEN 'stale'
+               -- the model predicts from a steady load: one that moved by more
+               -- than 25 points between the halves of the horizon is no basis
+               WHEN abs(m.src_util_newer - m.src_util_older) > 25
+                    OR abs(m.tgt_util_newer - m.tgt_util_older) > 25 THEN 'load_changing'
                WHEN m.tgt_util > m.src_util THEN 'target_busier'
                WHEN NOT m.src_rot AND m.tgt_rot THEN 'target_slower'
                WHEN m.tgt_par < m.src_par AND NOT (m.src_rot AND NOT m.tgt_rot) THEN 'target_fewer_disks'
@@ -1115,9 +1206,9 @@ BEGIN
                   'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s%s); '
                   'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
                   'copy time %s, counting the page images in the WAL as the throttle does; '
-                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database) and %s%% of %s''s busy time is reading, '
-                  'so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
-                  'seeks saved by separating co-accessed relations and the relation''s writes are not counted',
+                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace since the statistics reset, %s) and %s%% of its pages written (from rows changed since the reset, this database), '
+                  'and %s%% of %s''s busy time is reading, so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
+                  'a load that changed within the horizon gives no prediction',
                   horizon, b.src_rows, b.src_device,
                   b.src_device, CASE WHEN b.src_rot THEN 'rotational' ELSE 'non-rotational' END,
                   b.tgt_device, CASE WHEN b.tgt_rot THEN 'rotational' ELSE 'non-rotational' END,
@@ -1127,6 +1218,9 @@ BEGIN
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
                        ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END,
                   round(coalesce(b.read_share_f, 0) * 100, 1), b.src_device,
+                  CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
+                       ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
+                  round(coalesce(b.write_share_f, 0) * 100, 1),
                   round(b.src_read_share * 100, 1), b.src_device,
                   round(b.moved, 1), round(b.src_util, 1), b.tgt_device),
            round(coalesce(b.read_share_f, 0) * 100, 1),
@@ -1150,6 +1244,12 @@ BEGIN
                     ELSE format('the evidence is older than the horizon: %s was last read %s at %s, more than %s ago',
                                 r.qualified, CASE WHEN b.partner IS NOT NULL THEN 'together with ' || pr.qualified ELSE 'heavily' END,
                                 date_trunc('second', b.last_seen), horizon) END
+           WHEN 'load_changing' THEN
+               format('the load changed within the last %s (%s: %s%% then %s%%; %s: %s%% then %s%%): the prediction assumes a steady load, so there is none until the load settles',
+                      horizon, b.src_device, coalesce(round(b.src_util_older, 1)::text, '-'),
+                      coalesce(round(b.src_util_newer, 1)::text, '-'),
+                      b.tgt_device, coalesce(round(b.tgt_util_older, 1)::text, '-'),
+                      coalesce(round(b.tgt_util_newer, 1)::text, '-'))
            WHEN 'target_busier' THEN
                format('%s (%s) is busier than %s: %s%% against %s%% over the last %s',
                       tt.spcname, b.tgt_device, b.src_device, round(b.tgt_util, 1), round(b.src_util, 1), horizon)

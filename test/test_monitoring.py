@@ -548,6 +548,89 @@ def test_advise_relieves_a_busy_device(loop_filesystems, primary):
     assert "% busy" in top["reason"] and top["command"] == "SELECT tsmove.move('public.hot', 'idle');"
 
 
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
+        loop_filesystems, primary):
+    """The relation's read share is taken over the same horizon as the
+    device's load: a table read heavily before the horizon, in another
+    tablespace of the busy device, is not blamed for today's load.  And a
+    load that changes within the horizon (a burst on the target device)
+    gives no prediction (load_changing)."""
+    (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
+    tablespace_on(primary, "earlier", busy_mnt)
+    tablespace_on(primary, "busy", busy_mnt)
+    tablespace_on(primary, "idle", idle_mnt)
+    make_table(primary, "past", "earlier", rows=120000)
+    make_table(primary, "hot", "busy", rows=120000)
+    # "past" is read a lot, then not at all
+    with primary.conn() as conn:
+        for _ in range(80):
+            conn.execute("SELECT sum(length(pad)) FROM past").fetchall()
+    time.sleep(8)                   # out of the 6-second horizon
+
+    stop = threading.Event()
+
+    def keep_busy(mnt=busy_mnt, stop=stop):
+        target = os.path.join(mnt, "dd.out")
+        while not stop.is_set():
+            _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
+                  "oflag=direct", "conv=fsync"])
+
+    def shares():
+        rows = primary.sql(
+            "SELECT relation::text, read_share_pct, verdict_code, assumptions, source_util_pct, verdict "
+            "FROM tsmove.advise_candidates(min_read_mb => 1, horizon => '6 seconds') "
+            "WHERE target_tablespace = 'idle'")
+        return {r[0]: r[1:] for r in rows}
+
+    load = threading.Thread(target=keep_busy)
+    load.start()
+    try:
+        deadline = time.monotonic() + 90
+        with primary.conn() as conn:
+            while True:
+                for _ in range(5):
+                    conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
+                seen = shares()
+                if ("hot" in seen and "past" in seen and seen["hot"][3] >= 50
+                        and seen["hot"][1] is None) or time.monotonic() > deadline:
+                    break
+        # both were read more than min_read_mb since the reset, so both are
+        # weighed; over the horizon, only "hot" was read there
+        assert seen["hot"][0] >= 90 and seen["past"][0] <= 5, seen
+        assert "over the horizon" in seen["hot"][2], seen["hot"][2]
+
+        # a burst on the target device: its load changes within the horizon
+        burst_stop = threading.Event()
+        burst = threading.Thread(target=keep_busy, args=(idle_mnt, burst_stop))
+        burst.start()
+        changed = None
+        deadline = time.monotonic() + 30
+        try:
+            with primary.conn() as conn:
+                while changed is None and time.monotonic() < deadline:
+                    conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
+                    seen = shares()
+                    if seen.get("hot") and seen["hot"][1] == "load_changing":
+                        changed = seen["hot"]
+                    if time.monotonic() > deadline - 25:
+                        burst_stop.set()    # 5 s of burst, then its end
+        finally:
+            burst_stop.set()
+            burst.join()
+    finally:
+        stop.set()
+        load.join()
+    assert changed, "no load_changing verdict within 30 s"
+    assert "the load changed within the last" in changed[4], changed
+    # counted since the reset, "past" holds a large part of the device's
+    # reads: a share of the cumulative counters would have blamed it
+    past, hot = (primary.sql_scalar(
+        "SELECT heap_blks_read FROM pg_statio_user_tables WHERE relname = %s", (t,))
+        for t in ("past", "hot"))
+    assert past >= 0.25 * (past + hot), (past, hot)
+
+
 # ---- history and report -------------------------------------------------------
 
 
