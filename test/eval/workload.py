@@ -49,10 +49,10 @@ STREAMS = (
     ("update_a", "update_a.sql", False),
     ("update_b", "update_b.sql", False),
 )
-# With a third table (run_eval.py --third-table): C, on HDA beside A, read by
-# a stream of its own (range scans of C alone) and updated by another, so
-# that the device the autopilot relieves carries load that no move of A or
-# B takes away.
+# With a third table (run_eval.py --third-table [hda|hdb]): C, read by a
+# stream of its own (range scans of C alone) and updated by another.  On HDA
+# beside A, the device the autopilot relieves carries load that no move of A
+# or B takes away; on HDB, the target is busy before any move.
 THIRD_STREAMS = (
     ("select_c", "select_c.sql", True),
     ("update_c", "update_c.sql", False),
