@@ -271,6 +271,22 @@ def test_cancel_of_a_standby_relocation(primary):
     assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "not paused"
 
 
+def test_a_terminated_standby_worker_is_recovered(primary):
+    """pg_terminate_backend() of the standby's worker, its job paused in the
+    copy: the launcher, which saw the worker, recovers the job once its slot
+    is free (failed, the new location removed), replay is not left paused,
+    and the next relocation runs."""
+    shadow, standby, job, old_dir, new_dir = standby_paused_at(primary, "copying")
+    pid = standby.sql_scalar("SELECT pid FROM tsmove.jobs WHERE job_id = %s", (job,))
+    assert pid
+    standby.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    assert check_after(primary, standby, shadow, job, old_dir, new_dir) == "failed"
+    assert standby.sql_scalar("SELECT pg_get_wal_replay_pause_state()") == "not paused"
+    end_pause(standby)
+    again = standby_relocate(standby, new_dir)
+    assert check_after(primary, standby, shadow, again, old_dir, new_dir) == "done"
+
+
 @pytest.mark.matrix
 def test_a_base_backup_of_the_standby_across_its_relocation(primary):
     """pg_basebackup from the standby (slowed down) starts while the
@@ -368,12 +384,7 @@ def test_a_checkpoint_after_a_promotion_in_the_window_loses_nothing(primary):
     except AssertionError:
         # 19: the end of recovery waits for the switch's held checkpoints,
         # so the promoted server cannot write inside the window at all
-        _ignore_errors(standby.sql, "ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-        _ignore_errors(standby.sql, "SELECT pg_reload_conf()")
-        wait_for(lambda: "PANIC" in standby.log_contents(), 120, what="the PANIC")
-        wait_for(lambda: accepts_connections(standby), 120, what="connections after the restart")
-        if standby.sql_scalar("SELECT pg_is_in_recovery()"):
-            run_pg_ctl(standby, "promote")
+        end_pause_and_outlive_the_panic(standby, panic_timeout=120)
         assert standby.sql_scalar("SELECT count(*) FROM big") == 2000
         assert wait_local_job(standby, job) in ("done", "failed")
         return
@@ -391,16 +402,23 @@ def test_a_checkpoint_after_a_promotion_in_the_window_loses_nothing(primary):
     checkpoint.join(10)
     assert "checkpoint complete" not in standby.log_contents().split(
         "received promote request")[-1], "a checkpoint completed inside the window"
-    _ignore_errors(standby.sql, "ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
-    _ignore_errors(standby.sql, "SELECT pg_reload_conf()")
-    wait_for(lambda: "PANIC" in standby.log_contents(), 60, what="the PANIC")
-    wait_for(lambda: accepts_connections(standby), 120, what="connections after the restart")
-    if standby.sql_scalar("SELECT pg_is_in_recovery()"):
-        run_pg_ctl(standby, "promote")
+    end_pause_and_outlive_the_panic(standby, panic_timeout=60)
     assert standby.sql_scalar("SELECT count(*) FROM big") == 22000
     assert standby.amcheck() == []
     assert wait_local_job(standby, job) == "done"
     assert location_of(standby, "ts_a") == new_dir
+
+
+def end_pause_and_outlive_the_panic(standby, panic_timeout):
+    """Let the paused switch go on after a promotion inside its window: it
+    PANICs (the reload's own session may die with it), the server restarts,
+    and a promotion the crash took with it is asked again."""
+    _ignore_errors(standby.sql, "ALTER SYSTEM RESET pg_tsmove.debug_pause_at")
+    _ignore_errors(standby.sql, "SELECT pg_reload_conf()")
+    wait_for(lambda: "PANIC" in standby.log_contents(), panic_timeout, what="the PANIC")
+    wait_for(lambda: accepts_connections(standby), 120, what="connections after the restart")
+    if standby.sql_scalar("SELECT pg_is_in_recovery()"):
+        run_pg_ctl(standby, "promote")
 
 
 def _ignore_errors(fn, *args):
