@@ -6,7 +6,8 @@
  * pg_tsmove/local/<job_id>.job holds a TsmLocalJob behind a magic number
  * and a format version, followed by its CRC-32C; a file that fails those
  * checks is skipped with a WARNING, never trusted.  pg_tsmove/local/next_id
- * holds the next id to give, so that an id is never given twice, even if job files are removed.
+ * holds the next id to give, so that an id is never given twice, even if
+ * job files are removed.
  * Every write is whole and durable (durable_file.c): a crash leaves the old
  * content or the new one.
  *

@@ -581,32 +581,41 @@ tsm_dispatch_local(void)
 	}
 }
 
+/* Whether a local job's worker holds a slot (or is being started into one). */
+static bool
+tsm_local_slot_in_use(void)
+{
+	bool		in_use = false;
+
+	LWLockAcquire(tsm_shared->lock, LW_SHARED);
+	for (int i = 0; i < tsm_shared->nslots; i++)
+		if (tsm_shared->slots[i].in_use && tsm_shared->slots[i].local)
+			in_use = true;
+	LWLockRelease(tsm_shared->lock);
+	return in_use;
+}
+
 /*
  * One round of the launcher's work while the server is in recovery.  The
  * launcher starts one local worker at a time, so when the one it saw
- * running holds no slot any more, a local job that has started and not
- * ended is one whose worker died: recover it then (start-up recovered
+ * holding a slot (at the end of the last round, the one it had just
+ * started included) holds none any more, a local job that has started and
+ * not ended is one whose worker died: recover it then (start-up recovered
  * the others), not every round.
  */
 static void
 tsm_launcher_recovery_round(void)
 {
 	static bool local_worker_seen = false;
-	bool		local_worker = false;
 
 	tsm_reap_launched_workers();
-	LWLockAcquire(tsm_shared->lock, LW_SHARED);
-	for (int i = 0; i < tsm_shared->nslots; i++)
-		if (tsm_shared->slots[i].in_use && tsm_shared->slots[i].local)
-			local_worker = true;
-	LWLockRelease(tsm_shared->lock);
-	if (!local_worker)
+	if (!tsm_local_slot_in_use())
 	{
 		if (local_worker_seen)
 			tsm_recover_local_jobs();
 		tsm_dispatch_local();
 	}
-	local_worker_seen = local_worker;
+	local_worker_seen = tsm_local_slot_in_use();
 }
 
 static void
