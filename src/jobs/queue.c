@@ -57,7 +57,29 @@ tsm_queue_shmem_init(void)
 		tsm_shared->lock = &(GetNamedLWLockTranche("pg_tsmove"))[0].lock;
 		tsm_shared->local_jobs_lock = &(GetNamedLWLockTranche("pg_tsmove"))[1].lock;
 		tsm_shared->nslots = max_worker_processes;
+		pg_atomic_init_u32(&tsm_shared->crash_requested, 0);
 	}
+}
+
+/* Just before a PANIC that only crash recovery can make good. */
+void
+tsm_note_crash_requested(void)
+{
+	if (tsm_shared != NULL)
+		pg_atomic_write_u32(&tsm_shared->crash_requested, 1);
+}
+
+/*
+ * Whether such a PANIC happened and the server did not restart.  The
+ * postmaster forgets a crash when the startup process ends normally right
+ * after it (it then "commences normal operations", postmaster.c): all
+ * processes were stopped, but this shared memory was kept and crash
+ * recovery never ran.  A restart clears the flag with the memory.
+ */
+bool
+tsm_crash_was_skipped(void)
+{
+	return tsm_shared != NULL && pg_atomic_read_u32(&tsm_shared->crash_requested) != 0;
 }
 
 /*

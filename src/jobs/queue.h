@@ -162,6 +162,14 @@ typedef struct TsmShared
 	 */
 	TimestampTz total_budget_paid_until;
 	TsmPendingDb pending[TSM_MAX_PENDING_DBS];
+
+	/*
+	 * Set just before a PANIC that relies on crash recovery (a standby's
+	 * switch that a promotion overtook, relocation_standby.c); a restart
+	 * makes new shared memory, so whoever finds it set after the PANIC
+	 * knows that the postmaster did not restart (tsm_crash_was_skipped).
+	 */
+	pg_atomic_uint32 crash_requested;
 	int			nslots;
 	TsmWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } TsmShared;
@@ -170,6 +178,8 @@ typedef struct TsmShared
 extern TsmShared *tsm_shared;
 
 extern void tsm_require_preload(void);
+extern void tsm_note_crash_requested(void);
+extern bool tsm_crash_was_skipped(void);
 extern TsmPendingDb *tsm_pending_entry(Oid dbid, bool create);
 extern void tsm_pending_back_off(TsmPendingDb *e, const char *note);
 extern void tsm_pending_forget_if_idle(TsmPendingDb *e);

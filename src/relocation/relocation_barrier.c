@@ -65,6 +65,7 @@
 #include "compat.h"
 #include "jobs/jobs.h"
 #include "relocation/relocation_barrier.h"
+#include "relocation/relocation_internal.h"
 
 
 static TimeoutId probe_timeout = MAX_TIMEOUTS;
@@ -180,11 +181,14 @@ capture_laggard(ErrorData *edata)
 	 */
 	if (pid != 0 && releasing && release_on_standby &&
 		(!RecoveryInProgress() || PromoteIsTriggered()))
+	{
+		tsm_standby_before_crash();
 		ereport(PANIC,
 				(errmsg("pg_tsmove: the server was promoted while a tablespace relocation's switch "
 						"waited for process %d to close its files", pid),
 				 errdetail("Pages changed after the promotion may have been written to the old location; "
 						   "crash recovery replays them into the new one.")));
+	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }

@@ -142,6 +142,7 @@ extern void tsm_reloc_release_old_descriptors(TsmRelocation *st);
 extern void tsm_standby_check_not_promoted(TsmRelocation *st);
 extern bool tsm_standby_pause_replay(TsmJob *job);
 extern void tsm_standby_check_window(TsmRelocation *st);
+extern void tsm_standby_before_crash(void);
 extern void tsm_standby_end_pause(TsmRelocation *st);
 extern void tsm_standby_resume_replay(void);
 

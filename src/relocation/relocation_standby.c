@@ -39,7 +39,11 @@
  *	  promoted server may have been written through an old descriptor and
  *	  lost to the new file: the worker stops the server with PANIC, and
  *	  crash recovery replays that WAL into the new files (README, Limits,
- *	  says what this costs and what is left).
+ *	  says what this costs and what is left).  The PANIC waits for the
+ *	  startup process to be gone, since the postmaster forgets a crash
+ *	  reported just before that process ends normally, and the launcher
+ *	  PANICs again if the restart was skipped all the same
+ *	  (tsm_standby_before_crash).
  * A promotion at any other moment fails the job at its next step, before
  * its rename, as a primary's failed relocation: the new location is
  * removed.
@@ -55,14 +59,19 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/lock.h"
 #include "utils/fmgroids.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+#include "jobs/queue.h"
 #include "relocation/relocation_internal.h"
 
 /* How often the switch looks whether replay has paused. */
@@ -73,6 +82,20 @@
  * recovery conflict (max_standby_streaming_delay).
  */
 #define TSM_PAUSE_TIMEOUT_MS 5000
+
+/*
+ * How long a PANIC for a promotion in the window waits for the startup
+ * process to end, once recovery has ended (it ends within milliseconds
+ * then), and while recovery still ends (19's end of recovery waits for
+ * the checkpoint that the switch holds back, so it cannot end first).
+ */
+#define TSM_STARTUP_EXIT_WAIT_MS 10000
+#define TSM_RECOVERY_END_WAIT_MS 1000
+
+/* The startup process, found before the rename (tsm_standby_pause_replay). */
+static int	startup_pid = 0;
+
+static int	find_startup_process(void);
 
 /* Whether this process paused replay for a switch and must resume it. */
 static bool replay_paused_here = false;
@@ -187,7 +210,52 @@ tsm_standby_pause_replay(TsmJob *job)
 		CHECK_FOR_INTERRUPTS();
 	}
 	st->replay_paused = true;
+	startup_pid = find_startup_process();
 	return true;
+}
+
+/* The pid of the startup process, from the backends' status; 0 if none. */
+static int
+find_startup_process(void)
+{
+	int			nbackends;
+
+	pgstat_clear_backend_activity_snapshot();
+	nbackends = pgstat_fetch_stat_numbackends();
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = tsm_local_backend_status(i);
+
+		if (local != NULL && local->backendStatus.st_backendType == B_STARTUP)
+			return local->backendStatus.st_procpid;
+	}
+	return 0;
+}
+
+/*
+ * Before a PANIC for a promotion in the window (here and in the barrier's
+ * log hook), which only crash recovery makes good.  The postmaster
+ * forgets a crash that it learns of just before the startup process ends
+ * normally: it then goes on without crash recovery, with this shared
+ * memory.  So wait until the postmaster has collected the startup process
+ * (kill() finds a zombie), at most TSM_STARTUP_EXIT_WAIT_MS once recovery
+ * has ended and TSM_RECOVERY_END_WAIT_MS while it has not; and mark the
+ * shared memory, so that the launcher PANICs again if the restart was
+ * skipped all the same (tsm_crash_was_skipped).  No checkpoint completes
+ * meanwhile: the switch holds DELAY_CHKPT_COMPLETE, and a PANIC does not
+ * clear it.  Interrupts may be held; nothing here throws or allocates.
+ */
+void
+tsm_standby_before_crash(void)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	while (startup_pid != 0 && kill(startup_pid, 0) == 0 &&
+		   !TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
+									   RecoveryInProgress() ? TSM_RECOVERY_END_WAIT_MS :
+									   TSM_STARTUP_EXIT_WAIT_MS))
+		pg_usleep(1000L);
+	tsm_note_crash_requested();
 }
 
 /*
@@ -201,11 +269,14 @@ tsm_standby_check_window(TsmRelocation *st)
 {
 	pg_memory_barrier();
 	if (!RecoveryInProgress() || PromoteIsTriggered())
+	{
+		tsm_standby_before_crash();
 		ereport(PANIC,
 				(errmsg("pg_tsmove: the server was promoted during the switch of the relocation of tablespace \"%s\"",
 						st->spcname),
 				 errdetail("Pages changed after the promotion may have been written to the old location; "
 						   "crash recovery replays them into the new one.")));
+	}
 }
 
 /*
