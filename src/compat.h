@@ -16,6 +16,7 @@
  *		arguments, ExecutorRun_hook without execute_once, PGPROC without
  *		isBackgroundWorker, the statistics hash key's objid;
  *	19: PGPROC.backendType, PageSetChecksum, 64-bit buffer header states, ShmemInitHash's,
+ *		post_parse_analyze_hook's const JumbleState,
  *		XLogFindNextRecord's, GetOldestActiveTransactionId's and
  *		CheckSlotRequirements' arguments, the statistics entry a caller may
  *		have to free, a slot's active process as a ProcNumber;
@@ -629,6 +630,13 @@ tsm_relation_blocks_fetched(bool shared, Oid relid)
 #define TSM_PGSTAT_KEY_OBJECT(key) ((Oid) (key).objid)
 #else
 #define TSM_PGSTAT_KEY_OBJECT(key) ((key).objoid)
+#endif
+
+/* post_parse_analyze_hook's JumbleState: const from 19. */
+#if PG_VERSION_NUM >= 190000
+#define TSM_JUMBLE_STATE const JumbleState
+#else
+#define TSM_JUMBLE_STATE JumbleState
 #endif
 
 /* ExecutorRun_hook's parameters: 18 dropped execute_once. */

@@ -251,6 +251,7 @@ _PG_init(void)
 	tsm_autopilot_init();		/* the autopilot's policy GUCs */
 	tsm_backups_init();			/* sees pg_backup_start() */
 	tsm_guard_init();			/* keeps new storage out of a switch's window */
+	tsm_standby_crash_check_init(); /* a switch's PANIC the postmaster forgot */
 	MarkGUCPrefixReserved("pg_tsmove");
 
 	if (!process_shared_preload_libraries_in_progress)

@@ -64,6 +64,9 @@ extern void tsm_guard_drain(TsmJobCtl *ctl);
 
 /* relocation_standby.c: from relocation_backups.c's object access hook */
 extern void tsm_standby_replay_control_called(Oid funcid);
+/* ... and a switch's PANIC that did not restart the server (_PG_init, the launcher) */
+extern void tsm_standby_crash_check_init(void);
+extern void tsm_standby_crash_if_restart_skipped(void);
 
 /* relocation_backups.c: the marks of running backups, and its hooks */
 extern Size tsm_backups_shmem_size(void);

@@ -42,8 +42,8 @@
  *	  says what this costs and what is left).  The PANIC waits for the
  *	  startup process to be gone, since the postmaster forgets a crash
  *	  reported just before that process ends normally, and the launcher
- *	  PANICs again if the restart was skipped all the same
- *	  (tsm_standby_before_crash).
+ *	  and every statement parsed PANIC again if the restart was skipped all
+ *	  the same (tsm_standby_before_crash).
  * A promotion at any other moment fails the job at its next step, before
  * its rename, as a primary's failed relocation: the new location is
  * removed.
@@ -63,6 +63,7 @@
 
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
+#include "parser/analyze.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
@@ -96,6 +97,8 @@
 static int	startup_pid = 0;
 
 static int	find_startup_process(void);
+
+static post_parse_analyze_hook_type prev_post_parse_analyze_hook = NULL;
 
 /* Whether this process paused replay for a switch and must resume it. */
 static bool replay_paused_here = false;
@@ -211,6 +214,11 @@ tsm_standby_pause_replay(TsmJob *job)
 	}
 	st->replay_paused = true;
 	startup_pid = find_startup_process();
+	if (startup_pid == 0)
+		ereport(LOG,
+				(errmsg("pg_tsmove: job %lld found no startup process in the backends' status",
+						(long long) job->row.job_id),
+				 errdetail("A PANIC for a promotion during its switch will not wait for the end of recovery.")));
 	return true;
 }
 
@@ -256,6 +264,39 @@ tsm_standby_before_crash(void)
 									   TSM_STARTUP_EXIT_WAIT_MS))
 		pg_usleep(1000L);
 	tsm_note_crash_requested();
+}
+
+/*
+ * After a switch's PANIC that the postmaster forgot (tsm_crash_was_skipped,
+ * jobs/queue.c), every process was stopped but crash recovery never ran:
+ * PANIC again, now that the startup process is gone.  The launcher asks at
+ * its start; on 18 and later a crashed background worker is not restarted
+ * until the server reinitialises, so every statement parsed asks too
+ * (post_parse_analyze_hook, tsm_standby_crash_check_init): an atomic read.
+ */
+void
+tsm_standby_crash_if_restart_skipped(void)
+{
+	if (tsm_crash_was_skipped())
+		ereport(PANIC,
+				(errmsg("pg_tsmove: the server did not restart after a tablespace relocation's PANIC"),
+				 errdetail("The startup process ended at the moment of the PANIC, and the postmaster went on without crash recovery.")));
+}
+
+static void
+crash_check_at_parse(ParseState *pstate, Query *query, TSM_JUMBLE_STATE *jstate)
+{
+	tsm_standby_crash_if_restart_skipped();
+	if (prev_post_parse_analyze_hook)
+		prev_post_parse_analyze_hook(pstate, query, jstate);
+}
+
+/* From _PG_init. */
+void
+tsm_standby_crash_check_init(void)
+{
+	prev_post_parse_analyze_hook = post_parse_analyze_hook;
+	post_parse_analyze_hook = crash_check_at_parse;
 }
 
 /*

@@ -636,12 +636,10 @@ tsm_launcher_main(Datum main_arg)
 	/*
 	 * A switch's PANIC that the postmaster forgot (queue.c): every process
 	 * was stopped, but crash recovery never replayed the window into the
-	 * new files.  Ask again, before anything here touches a relocation.
+	 * new files.  Ask again, before anything here touches a relocation
+	 * (relocation_standby.c).
 	 */
-	if (tsm_crash_was_skipped())
-		ereport(PANIC,
-				(errmsg("pg_tsmove: the server did not restart after a tablespace relocation's PANIC"),
-				 errdetail("The startup process ended at the moment of the PANIC, and the postmaster went on without crash recovery.")));
+	tsm_standby_crash_if_restart_skipped();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	before_shmem_exit(tsm_launcher_detach, 0);
