@@ -50,11 +50,13 @@
  * spinlock (the backend adding, a merge copying and clearing).  The pair
  * table, as pg_stat_statements: updating an existing pair takes the
  * coaccess lock shared and the pair's spinlock; creating pairs (and
- * evicting) takes the lock exclusively; reset takes it exclusively, the
- * SQL reader shared.  A slot's reading set is written only by its backend,
+ * evicting) takes the lock exclusively; a merge holds it exclusively from
+ * before it empties the first slot until its pairs are in, so that a
+ * reader never sees pairs that left a slot and are not in the table yet;
+ * reset takes it exclusively, the SQL reader shared.  A slot's spinlock
+ * is taken inside the exclusive lock, never the other way round.  A slot's reading set is written only by its backend,
  * without a lock, inside a change-counter protocol (even: stable) that lets
- * the sampler copy it consistently.  No spinlock is held while taking the
- * coaccess lock.
+ * the sampler copy it consistently.
  *
  * Cost with pg_tsmove.track_coaccess = off: the hooks test one boolean.
  *
@@ -283,6 +285,36 @@ apply_update(TsmPairEntry *entry, const TsmPairUpdate *u)
 
 /*
  * Add observations to the pair table, creating pairs as needed (evicting
+ * when full).  The caller holds the coaccess lock exclusively.
+ */
+static void
+apply_pairs_locked(TsmPairUpdate *updates, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		TsmPairEntry *entry = hash_search(tsm_pairs, &updates[i].key, HASH_FIND, NULL);
+		bool		found;
+
+		if (entry == NULL)
+		{
+			if (hash_get_num_entries(tsm_pairs) >= tsm_coaccess_max_pairs)
+				evict_pairs();
+			entry = hash_search(tsm_pairs, &updates[i].key, HASH_ENTER_NULL, &found);
+			if (entry == NULL)
+				continue;		/* cannot happen: we just made room */
+			if (!found)
+			{
+				SpinLockInit(&entry->mutex);
+				memset(&entry->counters, 0, sizeof(TsmPairCounters));
+				entry->counters.first_seen = updates[i].first_seen;
+			}
+		}
+		apply_update(entry, &updates[i]);
+	}
+}
+
+/*
+ * Add observations to the pair table, creating pairs as needed (evicting
  * when full).  Takes the coaccess lock: shared for existing pairs, then
  * exclusively if some pair must be created.
  */
@@ -307,31 +339,13 @@ record_pairs(TsmPairUpdate *updates, int n)
 
 	if (any_missing)
 	{
-		LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < n; i++)
-		{
-			TsmPairEntry *entry;
-			bool		found;
+		int			nmissing = 0;
 
-			if (!missing[i])
-				continue;
-			entry = hash_search(tsm_pairs, &updates[i].key, HASH_FIND, NULL);
-			if (entry == NULL)
-			{
-				if (hash_get_num_entries(tsm_pairs) >= tsm_coaccess_max_pairs)
-					evict_pairs();
-				entry = hash_search(tsm_pairs, &updates[i].key, HASH_ENTER_NULL, &found);
-				if (entry == NULL)
-					continue;	/* cannot happen: we just made room */
-				if (!found)
-				{
-					SpinLockInit(&entry->mutex);
-					memset(&entry->counters, 0, sizeof(TsmPairCounters));
-					entry->counters.first_seen = updates[i].first_seen;
-				}
-			}
-			apply_update(entry, &updates[i]);
-		}
+		for (int i = 0; i < n; i++)
+			if (missing[i])
+				updates[nmissing++] = updates[i];
+		LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
+		apply_pairs_locked(updates, nmissing);
 		LWLockRelease(tsm_coaccess->lock);
 	}
 	pfree(missing);
@@ -689,9 +703,12 @@ record_execution(TsmExecution *exec)
  * tsm_coaccess_merge_pending
  *		Move every backend's pending pairs into the pair table.
  *
- * Takes each slot's spinlock just to copy and clear its pending pairs,
- * then the coaccess lock (record_pairs).  Called by the sampler at each
- * tick and by every reader of the pair table.
+ * Holds the coaccess lock exclusively from before it empties the first
+ * slot until every copied pair is in the table, and takes each slot's
+ * spinlock just to copy and clear its pending pairs: so a reader, which
+ * merges and then takes the lock to read, never sees a slot already
+ * emptied by another merge whose pairs are not in the table yet.  Called
+ * by the sampler at each tick and by every reader of the pair table.
  */
 void
 tsm_coaccess_merge_pending(void)
@@ -699,7 +716,13 @@ tsm_coaccess_merge_pending(void)
 	int			nslots = tsm_backend_slots();
 	TsmPairUpdate *updates = NULL;
 	int			n = 0;
+	bool		any = false;
 
+	for (int s = 0; s < nslots && !any; s++)
+		any = tsm_backends[s].npending > 0;	/* unlocked peek */
+	if (!any)
+		return;					/* a merge under way holds the lock */
+	LWLockAcquire(tsm_coaccess->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < nslots; s++)
 	{
 		TsmBackendSlot *slot = &tsm_backends[s];
@@ -729,10 +752,10 @@ tsm_coaccess_merge_pending(void)
 		}
 		slot->npending = 0;
 		SpinLockRelease(&slot->mutex);
-		if (n > 0)
-			record_pairs(updates, n);
+		apply_pairs_locked(updates, n);
 		n = 0;
 	}
+	LWLockRelease(tsm_coaccess->lock);
 	if (updates != NULL)
 		pfree(updates);
 }
