@@ -88,7 +88,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=60000, help="rows per table (160 MB each)")
     ap.add_argument("--watch-s", type=int, default=45, help="load before the advice")
-    ap.add_argument("--after-s", type=int, default=45, help="load after the move")
+    ap.add_argument("--after-s", type=int, default=55,
+                    help="load after the move (at least 52: the measure's window ends "
+                         "45 s after the move, and the history row must be closed)")
     ap.add_argument("--memory-mb", type=int, default=300)
     args = ap.parse_args()
 
@@ -153,9 +155,10 @@ def main():
                        "capacity_gain_pct, command "
                        "FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
                        "WHERE target_tablespace = 'tsb2' LIMIT 3")
-        command = cluster.sql_scalar(
-            "SELECT command FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
+        advised = cluster.sql(
+            "SELECT command, benefit_pct FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
             "WHERE target_tablespace = 'tsb2' ORDER BY rank LIMIT 1")
+        command, predicted = advised[0] if advised else (None, None)
         if command is None:
             say("no advice to move to HDB: nothing to show (see the warning above)")
             return 1
@@ -187,6 +190,19 @@ def main():
         table(cluster, "SELECT side, period, device, util_pct, await_ms, blocks_read_s, note "
                        "FROM tsmove.report(now() - interval '1 hour', compare => '30 seconds') "
                        "WHERE job_id = %s ORDER BY side, period_start", (job,))
+        say()
+        say("The prediction against the outcome, by the autopilot's own measure "
+            "(tsmove.autopilot_measure(): the busier device's utilisation 20 s before the move, "
+            "less the busier one's from 25 to 45 s after it, scaled to the work before):")
+        measured, detail = cluster.sql(
+            "SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '20 seconds')",
+            (job,))[0]
+        if measured is None:
+            say("  not measurable (too little history, or the workload changed too much): %s" % detail)
+        else:
+            say("  predicted %s points, measured %s points (%+.0f %%); work after / before: %s"
+                % (predicted, measured, 100.0 * (float(predicted) - float(measured)) / float(measured)
+                   if float(measured) else 0.0, detail.get("work_ratio")))
         return 0
     finally:
         if streams is not None:
