@@ -22,6 +22,7 @@ OBJS         = src/pg_tsmove.o \
                src/workers/worker.o src/workers/recovery.o src/workers/launcher.o \
                src/api/job_api.o src/api/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \
+               src/monitor/recent_io.o \
                src/monitor/relation_map.o src/monitor/tablespace_io.o \
                src/monitor/sampler.o src/monitor/monitor.o \
                src/autopilot/autopilot.o src/autopilot/pilot.o

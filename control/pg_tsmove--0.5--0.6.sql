@@ -91,10 +91,32 @@ LEFT JOIN pg_catalog.pg_replication_slots slot
                            || '_' || j.job_id;
 
 /*
+ * Each relation's recent I/O (recent_io.c): this database's relations with
+ * their blocks read, rows changed and rows that changed every index, as
+ * sums decayed with the time constant nearest half the horizon, and how
+ * long the sampler has kept them (since the server started).
+ */
+CREATE FUNCTION tsmove.relation_recent_io(
+    horizon interval,
+    OUT relid oid,
+    OUT blocks_read double precision,
+    OUT rows_changed double precision,
+    OUT index_rows double precision,
+    OUT time_constant_s double precision,
+    OUT followed_s double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) TO pg_monitor;
+
+/*
  * tsmove.advise_candidates(): the 0.6 model (see its comment in
  * pg_tsmove--0.6.sql): the relation's writes and TOAST count, its read
- * share is taken over the horizon, and a load that changed within the
- * horizon gives no prediction (verdict load_changing).
+ * and write shares are taken over the horizon (relation_recent_io()), and a load that changed within the
+ * horizon gives no prediction (verdict load_changing), nor does a move
+ * that would leave the target busier than the busier device is now
+ * (verdict no_gain).
  */
 CREATE OR REPLACE FUNCTION tsmove.advise_candidates(min_read_mb numeric DEFAULT 64,
                                          horizon interval DEFAULT '1 hour')
@@ -140,6 +162,7 @@ DECLARE
     tick_s numeric;
     observed_s numeric;
     coaccess_since timestamptz;
+    recent_text text;
     declared_disks text := coalesce(current_setting('pg_tsmove.device_disks', true), '');
 BEGIN
     IF min_read_mb IS NULL OR min_read_mb < 0 THEN
@@ -147,8 +170,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass the volume, in MB read from outside shared buffers, below which a move is not worth its copy (default 64).';
     END IF;
-    IF horizon IS NULL OR horizon <= interval '0' THEN
-        RAISE EXCEPTION 'horizon must be a positive interval'
+    IF horizon IS NULL OR horizon <= interval '0' OR horizon > interval '1000 years' THEN
+        RAISE EXCEPTION 'horizon must be a positive interval of at most 1000 years'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass the period over which device load is averaged, for example ''1 hour''.';
     END IF;
@@ -159,6 +182,8 @@ BEGIN
     SELECT s.setting::numeric / 1000 INTO tick_s
     FROM pg_settings s WHERE s.name = 'pg_tsmove.coaccess_sample_interval';
     observed_s := greatest(1, extract(epoch FROM now() - coaccess_since));
+    SELECT format('over the horizon (sums decayed with a time constant of %s s)', max(x.time_constant_s))
+    INTO recent_text FROM tsmove.relation_recent_io(horizon) x;
 
     RETURN QUERY
     WITH
@@ -218,6 +243,21 @@ BEGIN
         LEFT JOIN hist ON hist.spcoid = spc.spcoid AND hist.device = spc.device
         LEFT JOIN (SELECT declared.device, max(declared.ndisks) AS ndisks
                    FROM declared GROUP BY declared.device) dd ON dd.device = spc.device),
+    -- what each relation of this database read and changed lately: sums
+    -- decayed with the time constant nearest half the horizon (the sampler
+    -- keeps them since the server started: used once that is one time
+    -- constant at least)
+    recent AS MATERIALIZED (
+        SELECT x.relid, x.blocks_read::numeric AS blocks_read, x.rows_changed::numeric AS rows_changed,
+               x.index_rows::numeric AS index_rows, x.time_constant_s
+        FROM tsmove.relation_recent_io(horizon) x
+        WHERE x.followed_s >= x.time_constant_s),
+    -- the recent reads of each table's indexes, by table (a TOAST table's
+    -- index counts as its table's)
+    recent_index_reads AS MATERIALIZED (
+        SELECT ti.indrelid, sum(x.blocks_read) AS blocks_read
+        FROM recent x JOIN pg_index ti ON ti.indexrelid = x.relid
+        GROUP BY ti.indrelid),
     -- relations this database could move, with their reads since the statistics reset
     rel AS MATERIALIZED (
         SELECT c.oid, c.relname, n.nspname, c.relkind,
@@ -252,10 +292,25 @@ BEGIN
                        * coalesce(greatest(pg_stat_get_blocks_fetched(c.reltoastrelid)
                                            - pg_stat_get_blocks_hit(c.reltoastrelid), 0)::numeric
                                   / nullif(pg_stat_get_blocks_fetched(c.reltoastrelid), 0), 1)
-                   ELSE 0 END AS pages_written
+                   ELSE 0 END AS pages_written,
+               -- the same two over the horizon, from the decayed sums
+               coalesce(rr.blocks_read, 0) + coalesce(rt.blocks_read, 0) + coalesce(rti.blocks_read, 0)
+                 AS recent_read,
+               CASE WHEN c.relkind = 'i' THEN coalesce(rix.index_rows, 0) ELSE coalesce(rr.rows_changed, 0) END
+                 * coalesce(greatest(pg_stat_get_blocks_fetched(c.oid) - pg_stat_get_blocks_hit(c.oid), 0)::numeric
+                            / nullif(pg_stat_get_blocks_fetched(c.oid), 0), 1)
+                 + coalesce(rt.rows_changed, 0)
+                   * coalesce(greatest(pg_stat_get_blocks_fetched(c.reltoastrelid)
+                                       - pg_stat_get_blocks_hit(c.reltoastrelid), 0)::numeric
+                              / nullif(pg_stat_get_blocks_fetched(c.reltoastrelid), 0), 1) AS recent_written
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_database d ON d.datname = current_database()
+        LEFT JOIN recent rr ON rr.relid = c.oid
+        LEFT JOIN recent rt ON c.reltoastrelid <> 0 AND rt.relid = c.reltoastrelid
+        LEFT JOIN recent_index_reads rti ON c.reltoastrelid <> 0 AND rti.indrelid = c.reltoastrelid
+        LEFT JOIN pg_index xi ON xi.indexrelid = c.oid
+        LEFT JOIN recent rix ON rix.relid = xi.indrelid
         WHERE c.relkind IN ('r', 'm', 'i') AND c.relpersistence = 'p'
           AND c.oid >= 16384
           AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
@@ -279,18 +334,18 @@ BEGIN
                         (SELECT sum(a.all_blocks_read) FROM spc a WHERE a.device = dev.device)) AS blocks_read,
                sum(r.blocks_read) AS own_blocks_read,
                sum(r.pages_written) AS pages_written,
+               sum(r.recent_written) AS recent_written,
                (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
-    -- what this database read from each tablespace since its statistics'
-    -- reset (the same reset as the relation's counter): the relation's share
-    -- of it, times the tablespace's share of its device's reads over the
-    -- horizon, is its share of the device's reads over the horizon (a
-    -- relation read heavily long ago, in another tablespace of the device,
-    -- is not blamed for today's load; within a tablespace, the shares are
-    -- since the reset)
+    -- what this database read from each tablespace over the horizon (the
+    -- decayed sums; since the statistics' reset when there are none): the
+    -- relation's share of it, times the tablespace's share of its device's
+    -- reads over the horizon, is its share of the device's reads over the
+    -- horizon (a relation read heavily long ago is not blamed for today's
+    -- load of another)
     spc_reads AS (
-        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read
+        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read, sum(r.recent_read) AS recent_read
         FROM rel r
         GROUP BY r.spcoid),
     -- co-accessed pairs on one device, with the evidence in blocks
@@ -361,15 +416,19 @@ BEGIN
                src.util_older AS src_util_older, src.util_newer AS src_util_newer,
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
+               coalesce(sr.recent_read > 0, false) AS recent_reads,
+               coalesce(dr.recent_written > 0, false) AS recent_writes,
                -- (least() ignores a NULL: a share with no denominator is 0)
                least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL
-                                      THEN r.blocks_read::numeric / nullif(sr.blocks_read, 0)
+                                      THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
+                                                ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
                                            * src.window_blocks_read / dr.window_blocks_read
                                       ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS read_share_f,
                -- its share of the writes: of this database's rows written
                -- there, scaled by this database's share of the reads there
                -- (other databases' writes are not counted anywhere)
-               least(1, coalesce(r.pages_written::numeric / nullif(dr.pages_written, 0)
+               least(1, coalesce(CASE WHEN dr.recent_written > 0 THEN r.recent_written / dr.recent_written
+                                      ELSE r.pages_written::numeric / nullif(dr.pages_written, 0) END
                                  * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1), 0)) AS write_share_f
         FROM (SELECT * FROM coaccess_candidate UNION ALL SELECT * FROM single_candidate) c
         JOIN rel r ON r.oid = c.relid
@@ -397,6 +456,11 @@ BEGIN
                WHEN NOT m.src_rot AND m.tgt_rot THEN 'target_slower'
                WHEN m.tgt_par < m.src_par AND NOT (m.src_rot AND NOT m.tgt_rot) THEN 'target_fewer_disks'
                WHEN m.tgt_free IS NULL OR m.tgt_free < m.size_bytes * 1.2 THEN 'target_full'
+               -- the target would end busier than the busier device is now
+               -- (a point of slack: on idle devices the prediction is noise);
+               -- not onto a faster device, which the model takes as as fast
+               WHEN NOT (m.src_rot AND NOT m.tgt_rot)
+                    AND greatest(m.src_util, m.tgt_util) - greatest(m.src_after, m.tgt_after) < -1 THEN 'no_gain'
                END AS verdict_code
         FROM modelled m),
     best AS (
@@ -474,7 +538,7 @@ BEGIN
                   'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s%s); '
                   'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
                   'copy time %s, counting the page images in the WAL as the throttle does; '
-                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace since the statistics reset, %s) and %s%% of its pages written (from rows changed since the reset, this database), '
+                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace %s, %s) and %s%% of its pages written (from rows changed %s, this database), '
                   'and %s%% of %s''s busy time is reading, so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
                   'a load that changed within the horizon gives no prediction',
                   horizon, b.src_rows, b.src_device,
@@ -486,9 +550,11 @@ BEGIN
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
                        ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END,
                   round(coalesce(b.read_share_f, 0) * 100, 1), b.src_device,
+                  CASE WHEN b.recent_reads THEN recent_text ELSE 'since the statistics reset' END,
                   CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
                        ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
                   round(coalesce(b.write_share_f, 0) * 100, 1),
+                  CASE WHEN b.recent_writes THEN recent_text ELSE 'since the statistics reset' END,
                   round(b.src_read_share * 100, 1), b.src_device,
                   round(b.moved, 1), round(b.src_util, 1), b.tgt_device),
            round(coalesce(b.read_share_f, 0) * 100, 1),
@@ -530,6 +596,10 @@ BEGIN
                format('%s has %s free on %s, and the copy of %s (%s) needs %s with room to spare',
                       tt.spcname, coalesce(pg_size_pretty(b.tgt_free), 'unknown space'), b.tgt_device, r.qualified,
                       pg_size_pretty(b.size_bytes), pg_size_pretty((b.size_bytes * 1.2)::bigint))
+           WHEN 'no_gain' THEN
+               format('%s would take about %s points of %s''s busy time to %s, which would then be %s%% busy, busier than the busier of the two is now (%s%%): no gain at today''s load',
+                      r.qualified, round(b.moved, 1), b.src_device, b.tgt_device, round(b.tgt_after, 1),
+                      round(greatest(b.src_util, b.tgt_util), 1))
            END,
            b.size_bytes,
            r.owner::name

@@ -5,6 +5,7 @@ SELECT pg_catalog.count(*) AS decisions FROM tsmove.decisions;
 SELECT pg_catalog.count(*) AS candidates FROM tsmove.advise_candidates(min_read_mb => 0);
 SELECT * FROM tsmove.advise_candidates(min_read_mb => -1);
 SELECT * FROM tsmove.advise_candidates(horizon => '-1 second');
+SELECT * FROM tsmove.advise_candidates(horizon => '200000 years');
 -- nothing to resume while the autopilot is not stopped
 SELECT tsmove.autopilot_resume();
 -- bad policies are refused with what is wrong, and change nothing

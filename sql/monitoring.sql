@@ -137,7 +137,14 @@ SELECT * FROM tsmove.advise(min_read_mb => NULL);
 SELECT * FROM tsmove.advise(horizon => '0 seconds');
 SELECT * FROM tsmove.report(NULL);
 SELECT * FROM tsmove.report(pg_catalog.now(), compare => '-1 minute');
+SELECT * FROM tsmove.relation_recent_io(NULL);
+SELECT * FROM tsmove.relation_recent_io('0 seconds');
+SELECT * FROM tsmove.relation_recent_io('1 day -25 hours');
+SELECT * FROM tsmove.relation_recent_io('2000 years');
 \set SHOW_CONTEXT errors
+-- each relation's recent I/O: the time constant nearest half the horizon
+SELECT pg_catalog.count(*) FILTER (WHERE time_constant_s <> 1080) AS not_18_minutes
+FROM tsmove.relation_recent_io('1 hour');
 
 -- report(): a move done in the period, before and after, on both sides
 SELECT pg_catalog.clock_timestamp() AS before_move \gset
@@ -172,6 +179,7 @@ SELECT * FROM tsmove.coaccess_pairs();
 SELECT * FROM tsmove.tablespace_io_stats();
 SELECT * FROM tsmove.tablespace_io_history_rows();
 SELECT * FROM tsmove.monitor_info();
+SELECT * FROM tsmove.relation_recent_io('1 hour');
 RESET ROLE;
 
 -- pg_monitor reads everything, resets nothing, and an operator of its own,

@@ -553,25 +553,30 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
         loop_filesystems, primary):
     """The relation's read share is taken over the same horizon as the
     device's load: a table read heavily before the horizon, in another
-    tablespace of the busy device, is not blamed for today's load.  And a
-    load that changes within the horizon (a burst on the target device)
-    gives no prediction (load_changing)."""
+    tablespace of the busy device ("past") or in the same one ("past2"),
+    is not blamed for today's load.  And a load that changes within the
+    horizon (a burst on the target device) gives no prediction
+    (load_changing)."""
     (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
     tablespace_on(primary, "earlier", busy_mnt)
     tablespace_on(primary, "busy", busy_mnt)
     tablespace_on(primary, "idle", idle_mnt)
     make_table(primary, "past", "earlier", rows=120000)
     make_table(primary, "hot", "busy", rows=120000)
-    # "past" is read a lot, then not at all
+    make_table(primary, "past2", "busy", rows=120000)
+    # "past" and "past2" are read a lot, then not at all
     with primary.conn() as conn:
         for _ in range(80):
             conn.execute("SELECT sum(length(pad)) FROM past").fetchall()
-    time.sleep(8)                   # out of the 6-second horizon
+            conn.execute("SELECT sum(length(pad)) FROM past2").fetchall()
+    # out of the 6-second horizon, and past five of the 5-s time constant
+    # of the recent sums that horizon takes (relation_recent_io)
+    time.sleep(25)
 
     stop = threading.Event()
 
-    def keep_busy(mnt=busy_mnt, stop=stop):
-        target = os.path.join(mnt, "dd.out")
+    def keep_busy(mnt=busy_mnt, stop=stop, name="dd.out"):
+        target = os.path.join(mnt, name)
         while not stop.is_set():
             _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
                   "oflag=direct", "conv=fsync"])
@@ -583,8 +588,12 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
             "WHERE target_tablespace = 'idle'")
         return {r[0]: r[1:] for r in rows}
 
+    # two writers: the source well above the 50 % a busy device needs, so
+    # that the target's burst below changes the verdict, not the candidate
     load = threading.Thread(target=keep_busy)
     load.start()
+    load2 = threading.Thread(target=keep_busy, kwargs={"name": "dd2.out"})
+    load2.start()
     try:
         deadline = time.monotonic() + 90
         with primary.conn() as conn:
@@ -592,13 +601,19 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
                 for _ in range(5):
                     conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
                 seen = shares()
-                if ("hot" in seen and "past" in seen and seen["hot"][3] >= 50
-                        and seen["hot"][1] is None) or time.monotonic() > deadline:
+                if ("hot" in seen and "past" in seen and "past2" in seen
+                        and seen["hot"][3] >= 50 and seen["hot"][1] is None) \
+                        or time.monotonic() > deadline:
                     break
-        # both were read more than min_read_mb since the reset, so both are
+        # all were read more than min_read_mb since the reset, so all are
         # weighed; over the horizon, only "hot" was read there
-        assert seen["hot"][0] >= 90 and seen["past"][0] <= 5, seen
+        assert seen["hot"][0] >= 90 and seen["past"][0] <= 5 and seen["past2"][0] <= 5, seen
         assert "over the horizon" in seen["hot"][2], seen["hot"][2]
+        assert "within its tablespace over the horizon (sums decayed with a time " \
+               "constant of 5 s)" in seen["hot"][2], seen["hot"][2]
+        recent = dict(primary.sql("SELECT relid::regclass::text, blocks_read "
+                                  "FROM tsmove.relation_recent_io('6 seconds')"))
+        assert recent["hot"] > 10 * recent.get("past2", 0), recent
 
         # a burst on the target device: its load changes within the horizon
         burst_stop = threading.Event()
@@ -621,14 +636,25 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
     finally:
         stop.set()
         load.join()
+        load2.join()
     assert changed, "no load_changing verdict within 30 s"
     assert "the load changed within the last" in changed[4], changed
-    # counted since the reset, "past" holds a large part of the device's
-    # reads: a share of the cumulative counters would have blamed it
-    past, hot = (primary.sql_scalar(
+    # counted since the reset, "past" and "past2" hold a large part of the
+    # device's and of "busy"'s reads: shares of the cumulative counters
+    # would have blamed them
+    past, past2, hot = (primary.sql_scalar(
         "SELECT heap_blks_read FROM pg_statio_user_tables WHERE relname = %s", (t,))
-        for t in ("past", "hot"))
-    assert past >= 0.25 * (past + hot), (past, hot)
+        for t in ("past", "past2", "hot"))
+    assert past >= 0.25 * (past + past2 + hot) and past2 >= 0.25 * (past2 + hot), \
+        (past, past2, hot)
+    # a dropped relation leaves the recent sums with its statistics
+    past2_oid = primary.sql_scalar("SELECT 'past2'::regclass::oid")
+    assert primary.sql_scalar("SELECT count(*) FROM tsmove.relation_recent_io('1 hour') "
+                              "WHERE relid = %s", (past2_oid,)) == 1
+    primary.sql("DROP TABLE past2")
+    wait_for(lambda: primary.sql_scalar("SELECT count(*) FROM tsmove.relation_recent_io('1 hour') "
+                                        "WHERE relid = %s", (past2_oid,)) == 0,
+             30, what="the dropped table to leave relation_recent_io")
 
 
 # ---- history and report -------------------------------------------------------

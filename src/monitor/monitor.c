@@ -215,6 +215,7 @@ tsm_monitor_shmem_request(void)
 	size = add_size(size, tsm_relmap_shmem_size());
 	size = add_size(size, tsm_coaccess_shmem_size());
 	size = add_size(size, tsm_history_shmem_size());
+	size = add_size(size, tsm_recent_shmem_size());
 	RequestAddinShmemSpace(size);
 	RequestNamedLWLockTranche("pg_tsmove monitor", TSM_MONITOR_NLOCKS);
 }
@@ -235,6 +236,7 @@ tsm_monitor_shmem_startup(void)
 	tsm_relmap_shmem_init();
 	tsm_coaccess_shmem_init();
 	tsm_history_shmem_init();
+	tsm_recent_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	tsm_monitor_ready = true;
 

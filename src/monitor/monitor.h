@@ -22,13 +22,14 @@
  *					coaccess.c, history.c, relation_map.c, common.c; and,
  *					the one call out of monitor/, starts the autopilot's
  *					pilot while it is on (autopilot/autopilot.h).
- *	tablespace_io.c per-tablespace I/O; feeds history.c and asks
- *					relation_map.c where a relation lives.  Calls those two
- *					and common.c.
+ *	tablespace_io.c per-tablespace I/O; feeds history.c and recent_io.c
+ *					and asks relation_map.c where a relation lives.  Calls
+ *					those three and common.c.
  *	coaccess.c		co-access pairs (executor hooks, concurrency ticks).
  *	history.c		the load history ring.
+ *	recent_io.c		each relation's recent reads and changes, decayed.
  *	relation_map.c	relation -> tablespace, and its refresh workers.
- *					These three call only common.c.
+ *					These four call only common.c.
  *	common.c		the GUCs' variables, the named locks, the preload
  *					check.  Calls nothing.
  *

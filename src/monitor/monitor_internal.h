@@ -3,6 +3,7 @@
  * monitor_internal.h
  *	  Declarations shared by the files of monitor/ only: per-tablespace I/O
  *	  (tablespace_io.c), the relation -> tablespace map (relation_map.c),
+ *	  each relation's recent I/O (recent_io.c),
  *	  co-access (coaccess.c), the load history (history.c), the sampler
  *	  worker (sampler.c), their set-up (monitor.c) and what they all share
  *	  (common.c).  Which of them may call which is in monitor.h; no file
@@ -26,6 +27,8 @@
  *	  consistent version).
  *	- the history ring (history lock): appended by the sampler, read by
  *	  tsmove.tablespace_io_history, saved and loaded by the postmaster.
+ *	- each relation's recent I/O (recent lock): fed by the sampler
+ *	  (exclusive), read by tsmove.relation_recent_io() (shared).
  * No code path holds two of these locks at once.
  *
  *-------------------------------------------------------------------------
@@ -50,12 +53,23 @@
 /* Relations a backend publishes as "being read" for the concurrency ticks. */
 #define TSM_PUBLISHED_RELS 16
 
+/* One relation's deltas since the sampler's previous sample (recent_io.c). */
+typedef struct TsmRecentSample
+{
+	Oid			dbid;
+	Oid			relid;
+	int64		blocks_read;	/* from outside shared buffers */
+	int64		rows_changed;	/* inserted, updated, deleted */
+	int64		index_rows;		/* inserted, or updated not HOT */
+} TsmRecentSample;
+
 /* Named locks of the "pg_tsmove monitor" tranche. */
 #define TSM_LOCK_IO			0
 #define TSM_LOCK_RELMAP		1
 #define TSM_LOCK_COACCESS	2
 #define TSM_LOCK_HISTORY	3
-#define TSM_MONITOR_NLOCKS	4
+#define TSM_LOCK_RECENT		4
+#define TSM_MONITOR_NLOCKS	5
 
 /* Cumulative counters of one block device, as in /proc/diskstats. */
 typedef struct TsmDiskStats
@@ -189,6 +203,12 @@ extern bool tsm_relmap_full(void);
 extern void tsm_relmap_begin_pass(void);
 extern void tsm_relmap_request(Oid dbid, bool unmapped);
 extern void tsm_relmap_schedule(TimestampTz now);
+
+/* recent_io.c */
+extern Size tsm_recent_shmem_size(void);
+extern void tsm_recent_shmem_init(void);
+extern void tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now);
+extern void tsm_recent_forget(const TsmRecentSample *gone, int n);
 
 /* coaccess.c */
 extern Size tsm_coaccess_shmem_size(void);

@@ -91,6 +91,8 @@ typedef struct TsmRelPrev
 	TsmRelKey	key;
 	int64		fetched;
 	int64		hit;
+	int64		changed;		/* rows inserted, updated, deleted */
+	int64		index_rows;		/* rows inserted, or updated not HOT */
 	uint32		seen_in_pass;
 } TsmRelPrev;
 
@@ -516,11 +518,14 @@ typedef struct TsmRelCounters
 	TsmRelKey	key;
 	int64		fetched;
 	int64		hit;
+	int64		changed;
+	int64		index_rows;
 } TsmRelCounters;
 
 /*
- * blocks_fetched/blocks_hit of every relation of every database, copied
- * from the shared statistics hash as pgstat_build_snapshot() does.
+ * blocks_fetched/blocks_hit and the rows changed of every relation of
+ * every database, copied from the shared statistics hash as
+ * pgstat_build_snapshot() does.
  */
 static TsmRelCounters *
 read_relation_counters(int *n)
@@ -549,6 +554,10 @@ read_relation_counters(int *n)
 		LWLockAcquire(&rel->header.lock, LW_SHARED);
 		out[*n].fetched = rel->stats.blocks_fetched;
 		out[*n].hit = rel->stats.blocks_hit;
+		out[*n].changed = rel->stats.tuples_inserted + rel->stats.tuples_updated +
+			rel->stats.tuples_deleted;
+		out[*n].index_rows = rel->stats.tuples_inserted + rel->stats.tuples_updated -
+			rel->stats.tuples_hot_updated;
 		LWLockRelease(&rel->header.lock);
 		(*n)++;
 	}
@@ -558,13 +567,16 @@ read_relation_counters(int *n)
 
 /*
  * Add each relation's blocks since the previous sample to its tablespace
- * in spcs[].window.  Returns the blocks still waiting for the relation map.
+ * in spcs[].window, and its blocks and rows to its recent I/O
+ * (recent_io.c).  Returns the blocks still waiting for the relation map.
  */
 static int64
-attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline)
+attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline, TimestampTz now)
 {
 	int			n;
 	TsmRelCounters *counters = read_relation_counters(&n);
+	TsmRecentSample *recent = palloc(Max(n, 1) * sizeof(TsmRecentSample));
+	int			nrecent = 0;
 	HASH_SEQ_STATUS seq;
 	TsmRelPrev *prev;
 	int64		unattributed = 0;
@@ -575,7 +587,9 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline)
 	{
 		bool		found;
 		int64		dfetched,
-					dhit;
+					dhit,
+					dchanged,
+					dindex;
 		Oid			spcoid;
 		bool		is_index = false;
 		int			slot;
@@ -587,16 +601,22 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline)
 			/* the first sample is the baseline; later, a new relation */
 			prev->fetched = baseline ? counters[i].fetched : 0;
 			prev->hit = baseline ? counters[i].hit : 0;
+			prev->changed = baseline ? counters[i].changed : 0;
+			prev->index_rows = baseline ? counters[i].index_rows : 0;
 		}
 		dfetched = counters[i].fetched - prev->fetched;
 		dhit = counters[i].hit - prev->hit;
-		if (dfetched < 0 || dhit < 0)
+		dchanged = counters[i].changed - prev->changed;
+		dindex = counters[i].index_rows - prev->index_rows;
+		if (dfetched < 0 || dhit < 0 || dchanged < 0 || dindex < 0)
 		{
 			/* pg_stat_reset() and friends: counting restarted from zero */
 			dfetched = counters[i].fetched;
 			dhit = counters[i].hit;
+			dchanged = counters[i].changed;
+			dindex = Max(counters[i].index_rows, 0);
 		}
-		if (dfetched == 0 && dhit == 0)
+		if (dfetched == 0 && dhit == 0 && dchanged == 0 && dindex == 0)
 			continue;
 
 		tsm_relmap_request(counters[i].key.dbid, false);
@@ -614,6 +634,17 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline)
 		}
 		prev->fetched = counters[i].fetched;
 		prev->hit = counters[i].hit;
+		prev->changed = counters[i].changed;
+		prev->index_rows = counters[i].index_rows;
+		if (dfetched - dhit > 0 || dchanged > 0 || dindex > 0)
+		{
+			recent[nrecent].dbid = counters[i].key.dbid;
+			recent[nrecent].relid = counters[i].key.relid;
+			recent[nrecent].blocks_read = Max(dfetched - dhit, 0);
+			recent[nrecent].rows_changed = dchanged;
+			recent[nrecent].index_rows = dindex;
+			nrecent++;
+		}
 		slot = find_tablespace(spcs, nspcs, spcoid);
 		if (slot < 0)
 			continue;			/* a tablespace dropped since */
@@ -629,12 +660,23 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline)
 		}
 	}
 
-	/* forget relations whose statistics were dropped */
+	/* after the loop: it held the relmap lock (no two monitor locks at once) */
+	tsm_recent_feed(recent, nrecent, now);
+
+	/* forget relations whose statistics were dropped, here and there */
+	pfree(recent);
+	recent = palloc(Max(hash_get_num_entries(rel_prev), 1) * sizeof(TsmRecentSample));
+	nrecent = 0;
 	hash_seq_init(&seq, rel_prev);
 	while ((prev = hash_seq_search(&seq)) != NULL)
 		if (prev->seen_in_pass != relation_pass)
+		{
+			recent[nrecent].dbid = prev->key.dbid;
+			recent[nrecent++].relid = prev->key.relid;
 			hash_search(rel_prev, &prev->key, HASH_REMOVE, NULL);
-
+		}
+	tsm_recent_forget(recent, nrecent);
+	pfree(recent);
 	pfree(counters);
 	return unattributed;
 }
@@ -756,7 +798,7 @@ tsm_io_sample(TimestampTz now)
 	}
 	sample_devices(spcs, nspcs, deltas, have_window, seconds);
 
-	unattributed = attribute_logical_io(spcs, nspcs, baseline);
+	unattributed = attribute_logical_io(spcs, nspcs, baseline, now);
 	if (!have_window)
 	{
 		for (int i = 0; i < nspcs; i++)
