@@ -276,6 +276,13 @@ def _pct(v):
     return "-" if v is None else "%.1f" % float(v)
 
 
+def _device_work(measured, period):
+    """What the two devices read and wrote in a window (kB/s), as
+    tsmove.autopilot_measure() counts the work."""
+    kb = [measured.get("%s_%s_kb_s" % (period, side)) for side in ("source", "target")]
+    return None if None in kb else sum(float(k) for k in kb)
+
+
 def autopilot_section(res):
     """The autopilot's decisions: when, what, predicted against measured."""
     runs = [r for r in res["methods"] if r["key"] == "autopilot" and r.get("available")
@@ -296,7 +303,7 @@ def autopilot_section(res):
     lines.append("| # | action | relation → target | times | predicted benefit (points) | "
                  "source util now → predicted | target util now → predicted | predicted capacity gain | "
                  "measured benefit | measured util before → after (source; target) | "
-                 "blocks read/s before → after | verdict / reason |")
+                 "devices' kB/s before → after | verdict / reason |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in log:
         ev = d.get("evidence") or {}
@@ -310,7 +317,7 @@ def autopilot_section(res):
             _pct(d["measured_benefit_pct"]),
             _pct(me.get("before_source_util_pct")), _pct(me.get("after_source_util_pct")),
             _pct(me.get("before_target_util_pct")), _pct(me.get("after_target_util_pct")),
-            _pct(me.get("before_blocks_read_s")), _pct(me.get("after_blocks_read_s")),
+            _pct(_device_work(me, "before")), _pct(_device_work(me, "after")),
             (d["verdict"] or d["reason_code"] or "") + (": " + d["reason"][:160] if d["reason"] and d["action"] == "skipped" else "")))
     m = r.get("metrics", {}).get("groups", {})
     if m:
@@ -338,7 +345,7 @@ def advised_section(res):
              r["transition"]["details"].get("call", ""), ""]
     lines.append("| predicted benefit | source util → predicted | target util → predicted | "
                  "read share | verdict | measured benefit | measured util before → after "
-                 "(source; target) | blocks read/s before → after |")
+                 "(source; target) | devices' kB/s before → after |")
     lines.append("|---|---|---|---|---|---|---|---|")
     p = pred or [None] * 7
     lines.append("| %s | %s → %s | %s → %s | %s %% | %s | %s | %s → %s; %s → %s | %s → %s |" % (
@@ -346,7 +353,7 @@ def advised_section(res):
         _pct(after.get("measured_benefit_pct")),
         _pct(me.get("before_source_util_pct")), _pct(me.get("after_source_util_pct")),
         _pct(me.get("before_target_util_pct")), _pct(me.get("after_target_util_pct")),
-        _pct(me.get("before_blocks_read_s")), _pct(me.get("after_blocks_read_s"))))
+        _pct(_device_work(me, "before")), _pct(_device_work(me, "after"))))
     return lines
 
 

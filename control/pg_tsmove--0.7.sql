@@ -1513,14 +1513,15 @@ REVOKE ALL ON FUNCTION tsmove.autopilot_log(text, oid, text, text, name, name, b
  * new tablespace) after the end: right after a move, the kernel is still
  * writing the copy back and the new files' pages are not yet in the page
  * cache, which would charge the move's own cost to its outcome.  Work is
- * the blocks read from outside shared buffers per second in every
- * tablespace on the two devices; the measured benefit is the busier
+ * what the two devices read and wrote, in kB per second (0.7; blocks read
+ * from outside shared buffers counted page-cache hits, a fresh copy's
+ * among them, as work); the measured benefit is the busier
  * device's utilisation before, less its utilisation after scaled to the
  * work before (max(U_s', U_t') * work before / work after): the same
  * quantity the prediction gives, at equal work, whether the workload
  * answered the move by doing more (closed) or by loading the disk less
  * (open).  NULL (not measurable) unless both devices have history in both
- * windows and each window read at least 10 blocks/s with the work after
+ * windows and the devices moved at least 80 kB/s in each, the work after
  * within 1/4 and 4 times the work before: a workload that stopped or
  * changed is no verdict on the move.  Clamped to [-100, 100].
  */
@@ -1559,6 +1560,8 @@ BEGIN
                sum(h.device_reads) / nullif(sum(extract(epoch FROM h.end_time - h.start_time)), 0) AS reads_s,
                (sum(h.device_read_ms) + sum(h.device_write_ms))::numeric
                  / nullif(sum(h.device_reads) + sum(h.device_writes), 0) AS await_ms,
+               (sum(h.device_read_kb) + sum(h.device_write_kb))::numeric
+                 / nullif(sum(extract(epoch FROM h.end_time - h.start_time)), 0) AS kb_s,
                count(*) AS nrows
         FROM win w
         CROSS JOIN devs d
@@ -1569,22 +1572,11 @@ BEGIN
             WHERE h.device = d.device AND h.device_valid
               AND h.start_time >= w.w_start AND h.end_time <= w.w_end
             ORDER BY h.start_time) h ON true
-        GROUP BY w.period, d.side),
-    work AS (
-        SELECT w.period,
-               sum(h.data_blocks_read + h.index_blocks_read) AS blocks,
-               max(h.end_time) - min(h.start_time) AS span
-        FROM win w
-        JOIN tsmove.tablespace_io_history_rows() h
-          ON h.device IN (SELECT device FROM devs)
-         AND h.start_time >= w.w_start AND h.end_time <= w.w_end
-        GROUP BY w.period)
+        GROUP BY w.period, d.side)
     SELECT jsonb_object_agg(p.period || '_' || p.side || '_util_pct', round(p.util::numeric, 1))
              || jsonb_object_agg(p.period || '_' || p.side || '_await_ms', round(p.await_ms, 2))
              || jsonb_object_agg(p.period || '_' || p.side || '_history_rows', p.nrows)
-             || coalesce((SELECT jsonb_object_agg(k.period || '_blocks_read_s',
-                                                  round((k.blocks / nullif(extract(epoch FROM k.span), 0))::numeric, 1))
-                          FROM work k), '{}'::jsonb)
+             || jsonb_object_agg(p.period || '_' || p.side || '_kb_s', round(p.kb_s, 1))
     INTO measured
     FROM per p;
     IF measured IS NULL THEN
@@ -1599,10 +1591,14 @@ BEGIN
     END IF;
     before_max := greatest((measured ->> 'before_source_util_pct')::numeric, (measured ->> 'before_target_util_pct')::numeric);
     after_max := greatest((measured ->> 'after_source_util_pct')::numeric, (measured ->> 'after_target_util_pct')::numeric);
-    work_before := (measured ->> 'before_blocks_read_s')::numeric;
-    work_after := (measured ->> 'after_blocks_read_s')::numeric;
-    -- (blocks read/s are rounded to 0.1 in `measured`; the least of 10 makes that moot)
-    IF work_before IS NULL OR work_after IS NULL OR work_before < 10 OR work_after < 10
+    -- the work: what the two devices read and wrote per second, as their
+    -- utilisation counts it (reads the page cache served, such as a fresh
+    -- copy's, are no device work; blocks read from outside shared buffers
+    -- counted them)
+    work_before := (measured ->> 'before_source_kb_s')::numeric + (measured ->> 'before_target_kb_s')::numeric;
+    work_after := (measured ->> 'after_source_kb_s')::numeric + (measured ->> 'after_target_kb_s')::numeric;
+    -- (kB/s are rounded to 0.1 in `measured`; the least of 80, ten blocks, makes that moot)
+    IF work_before IS NULL OR work_after IS NULL OR work_before < 80 OR work_after < 80
        OR work_after / work_before NOT BETWEEN 0.25 AND 4 THEN
         RETURN;
     END IF;
