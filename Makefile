@@ -19,6 +19,7 @@ OBJS         = src/pg_tsmove.o \
                src/relocation/relocation_backups.o src/relocation/relocation_barrier.o \
                src/relocation/relocation_dbcatalog.o src/relocation/relocation_marks.o \
                src/relocation/relocation_guard.o src/relocation/relocation_standby.o \
+               src/relocation/relocation_holders.o \
                src/workers/worker.o src/workers/recovery.o src/workers/launcher.o \
                src/api/job_api.o src/api/tablespace_api.o \
                src/monitor/common.o src/monitor/coaccess.o src/monitor/history.o \

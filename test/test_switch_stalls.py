@@ -1,24 +1,29 @@
 """A process that does not answer procsignal barriers must not hold a
 relocation's switch, with every relation of the tablespace locked, for
-longer than the DBA allows.
+longer than the DBA allows, and one that holds no file of the tablespace
+must not hold it at all.
 
-Every process must close its descriptors of the old files (the SMGRRELEASE
-barrier).  Two processes that do not answer it:
+Every process that holds a descriptor of an old file must close it (the
+SMGRRELEASE barrier); the switch finds them in /proc and waits for those
+alone, under its locks and before the rename, at most 500 ms an attempt
+(relocation_holders.c).  Processes that do not answer the barrier:
 
+- the archiver inside a long archive_command, and a session blocked on its
+  client that never read the tablespace: they hold nothing, and the
+  relocation finishes while they still lag;
 - a backend inside COPY FROM PROGRAM, blocked reading its program, after it
-  read the tablespace's table: the switch takes no lock while it lags, the
-  job names it, queries of the tablespace run, it is not terminated, and
-  once the program ends the relocation finishes;
-- a backend blocked writing to a client that stopped reading.  It may
-  answer one barrier and not the next (the barrier's signal can let its
-  write go a little further when its client reads a little, as psql does),
-  so the try before the locks cannot promise the barrier after the rename
-  (relocation_barrier.c).  With
-  pg_tsmove.switch_terminate_client_writers_after set it is sent SIGTERM,
-  before the locks or after the rename, and the relocation finishes;
-  unset, it is named and waited for with no lock.  The client here never
-  reads after its query, so it answers no barrier at all, and each path is
-  reached on purpose.
+  read the tablespace's table: after one attempt the switch takes no lock
+  while it lags, the job names it, queries of the tablespace run, it is not
+  terminated, and once the program ends the relocation finishes;
+- a backend blocked writing to a client that stopped reading, after it read
+  the tablespace.  With pg_tsmove.switch_terminate_client_writers_after set
+  it is sent SIGTERM before the locks, and the relocation finishes; unset,
+  it is named and waited for with no lock.  With the experimental
+  relocation_switch_admits_readers, readers open old files during the
+  switch and the whole barrier is waited for after the rename: such a
+  backend that started there is sent SIGTERM from that wait.  The client
+  here never reads after its query, so it answers no barrier at all, and
+  each path is reached on purpose.
 """
 
 import os
@@ -48,20 +53,30 @@ def open_files_under(pid, directory):
     return [t for t in targets if t.startswith(real + "/")]
 
 
-def stalled_copy_client(cluster):
+def stalled_copy_client(cluster, first=None, source="generate_series(1, 200000) g"):
     """A session, over a raw socket, whose COPY output nobody reads; returns
-    (socket, backend pid) once the backend waits in ClientWrite."""
+    (socket, backend pid) once the backend waits in ClientWrite.  first: a
+    query it runs before, in a transaction of its own (reading the
+    tablespace's table leaves its files open in the session)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(30)
     sock.connect(os.path.join(cluster.socket_dir, ".s.PGSQL.%d" % cluster.port))
     params = b"user\0postgres\0database\0postgres\0application_name\0stalled\0\0"
     sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
-    answer = b""
-    while not answer.endswith(b"Z\0\0\0\x05I"):      # ReadyForQuery, idle
-        chunk = sock.recv(65536)
-        assert chunk, answer
-        answer += chunk
-    query = b"COPY (SELECT g, repeat('x', 500) FROM generate_series(1, 200000) g) TO STDOUT\0"
+
+    def until_ready():
+        answer = b""
+        while not answer.endswith(b"Z\0\0\0\x05I"):      # ReadyForQuery, idle
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+            assert b"ERROR" not in answer, answer
+    until_ready()
+    if first is not None:
+        q = first.encode() + b"\0"
+        sock.sendall(b"Q" + struct.pack("!i", 4 + len(q)) + q)
+        until_ready()
+    query = ("COPY (SELECT repeat('x', 500) FROM %s) TO STDOUT" % source).encode() + b"\0"
     sock.sendall(b"Q" + struct.pack("!i", 4 + len(query)) + query)
     rows = wait_for(lambda: cluster.sql(
         "SELECT pid FROM pg_stat_activity WHERE wait_event = 'ClientWrite' "
@@ -157,8 +172,9 @@ def test_client_writer_lagging_before_the_locks_is_terminated(primary):
     expected = make_relocatable_table(primary)
     old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")
-    client, stalled_pid = stalled_copy_client(primary)
+    client, stalled_pid = stalled_copy_client(primary, first="SELECT count(*) FROM victim")
     try:
+        assert open_files_under(stalled_pid, old)
         job = relocate(primary, "ts_a", new)
         wait_for(lambda: named(primary, job, stalled_pid), 60, what="the job to name the session")
         seen = attempts(primary, job)
@@ -177,17 +193,21 @@ def test_client_writer_lagging_before_the_locks_is_terminated(primary):
 
 
 @pytest.mark.matrix
-@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = '8s'")
+@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = '8s'",
+                     "pg_tsmove.relocation_switch_admits_readers = on")
 def test_client_writer_lagging_after_the_rename_is_terminated(primary):
-    """The session starts while the switch holds its locks, after the try:
-    it lags only the barrier after the rename, held with interrupts and
-    every lock.  It is sent SIGTERM at the first of the wait's 5 s reports
-    that comes after 8 s, the second."""
+    """The readers' switch: the session starts while the switch holds its
+    locks, after the try, and reads the tablespace's table (ExclusiveLock
+    lets it): it lags only the barrier after the rename, held with
+    interrupts and every lock.  It is sent SIGTERM at the first of the
+    wait's 5 s reports that comes after 8 s, the second."""
     expected = make_relocatable_table(primary)
     old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")
     job = relocate_paused_at(primary, "renaming", new)
-    client, stalled_pid = stalled_copy_client(primary)
+    client, stalled_pid = stalled_copy_client(
+        primary, source="victim, generate_series(1, 100) g")
+    assert open_files_under(stalled_pid, old)
     try:
         assert location_of(primary, "ts_a") == old      # still paused
         end_pause(primary)
@@ -196,6 +216,44 @@ def test_client_writer_lagging_after_the_rename_is_terminated(primary):
         reports = log.count("still waiting for backend with PID %d" % stalled_pid)
         assert reports >= 2, log[-3000:]
         assert "kept the relocation" not in log
+    finally:
+        client.close()
+    check_data(primary, new, expected)
+
+
+@pytest.mark.matrix
+@pytest.mark.pg_conf("archive_mode = on", "archive_command = 'sleep 40'",
+                     "pg_tsmove.switch_terminate_client_writers_after = 0")
+def test_processes_holding_no_old_file_are_not_waited_for(primary):
+    """The archiver inside a 40 s archive_command and a session blocked on
+    its client (which never read the tablespace) answer no barrier and hold
+    no file of it: the relocation switches while both still lag, holds its
+    locks briefly, and terminates nobody (the setting would terminate a
+    client writer that held one)."""
+    expected = make_relocatable_table(primary)
+    old = location_of(primary, "ts_a")
+    new = new_location(primary, "relocated")
+    archiver = primary.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'archiver'")[0][0]
+
+    def archive_command_running():
+        return subprocess.run(["pgrep", "-P", str(archiver)], capture_output=True,
+                              text=True).stdout.split()
+    primary.sql("SELECT pg_switch_wal()")
+    archiving = wait_for(archive_command_running, 30, what="archive_command to run")
+    client, stalled_pid = stalled_copy_client(primary)
+    try:
+        assert not open_files_under(stalled_pid, old)
+        started = time.monotonic()
+        job = relocate(primary, "ts_a", new)
+        assert wait_job(primary, job, 30) == "done", job_row(primary, job)
+        took = time.monotonic() - started
+        # archive_command still runs, the session still lags
+        assert archive_command_running() == archiving
+        assert primary.sql("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                           (stalled_pid,)) == [("ClientWrite",)]
+        row = job_row(primary, job)
+        assert took < 30 and row["switch_ms"] < 2000, (took, row)
+        assert "sent SIGTERM" not in primary.log_contents()
     finally:
         client.close()
     check_data(primary, new, expected)

@@ -120,6 +120,10 @@ struct TsmJob
 	const TsmFrontEnd *front;
 	void	   *state;			/* the front end's */
 	LOCKMODE	switch_lockmode;	/* of the switch's relation locks (above) */
+	bool		flush_under_locks;	/* set by switch_lock: the worker writes
+									 * every dirty buffer of the set, under the
+									 * locks, before switch_commit (a
+									 * relocation's: relocation_holders.c) */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
 	TsmSwitchBlock block;		/* since when the switch is blocked
 								 * (switch_blockers.c) */

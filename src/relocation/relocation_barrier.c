@@ -41,6 +41,21 @@
  * cancel, turned into an error inside the condition-variable sleep, is
  * cleaned up as an error is.
  *
+ * Where /proc shows who holds a file of the old location
+ * (relocation_holders.c), a primary's switch under AccessExclusiveLock
+ * waits for those processes only, and before the rename:
+ * tsm_barrier_wait_for_holders() emits the barrier and waits, bounded and
+ * interruptibly, until none holds one; the switch does this under its
+ * locks, once the tablespace's buffers are written, when no process can
+ * open one again (see there), so after the rename tsm_barrier_release()
+ * finds none to wait for.  Before the locks, the probe is made only for
+ * the process that kept the last attempt from switching, and only that
+ * one is waited for.  The archiver inside archive_command, or a session
+ * blocked on its client that never read the tablespace, holds nothing and
+ * keeps nothing waiting.  The readers' switch and a standby's, where
+ * processes read the tablespace during the switch, wait for the whole
+ * barrier as described above.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -65,6 +80,7 @@
 #include "compat.h"
 #include "jobs/jobs.h"
 #include "relocation/relocation_barrier.h"
+#include "relocation/relocation_holders.h"
 #include "relocation/relocation_internal.h"
 
 
@@ -217,21 +233,74 @@ wake_startup_process(void)
 }
 
 /*
+ * Wait, interrupts held, until no process but ours holds a file under dir.
+ * Every 5 s the first is logged; with pg_tsmove.switch_terminate_client_
+ * writers_after set and may_terminate, a holder blocked writing to its
+ * client is sent SIGTERM once the wait has lasted that long.  Returns false
+ * if /proc stopped telling.
+ */
+static bool
+release_holders(const char *dir, bool may_terminate)
+{
+	TimestampTz last_report = GetCurrentTimestamp();
+	long		sleep_ms = 1;
+
+	for (;;)
+	{
+		int			pids[TSM_MAX_TERMINATED];
+		int			n = tsm_old_file_holders(dir, pids, lengthof(pids));
+		TimestampTz now;
+
+		if (n <= 0)
+			return n == 0;
+		now = GetCurrentTimestamp();
+		if (TimestampDifferenceExceeds(last_report, now, 5000))
+		{
+			ereport(LOG,
+					(errmsg("pg_tsmove: a relocation's switch waits for process %d to close its files "
+							"of the old location", pids[0]),
+					 errdetail("%d processes hold one.", n)));
+			last_report = now;
+		}
+		for (int i = 0; i < Min(n, TSM_MAX_TERMINATED); i++)
+		{
+			bool		listed = false;
+
+			if (!may_terminate || tsm_switch_terminate_client_writers_after_ms < 0 ||
+				!TimestampDifferenceExceeds(release_started, now,
+											tsm_switch_terminate_client_writers_after_ms))
+				break;
+			for (int j = 0; j < release_nterminated; j++)
+				listed |= release_terminated[j] == pids[i];
+			if (!listed && release_nterminated < TSM_MAX_TERMINATED &&
+				tsm_terminate_client_writer(pids[i]))
+				release_terminated[release_nterminated++] = pids[i];
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, WAIT_EVENT_PG_SLEEP);
+		ResetLatch(MyLatch);
+		sleep_ms = Min(sleep_ms * 2, 10);
+	}
+}
+
+/*
  * tsm_barrier_release
  *		After the rename: every process closes the descriptors it has of the
  *		old files.  Emits the barrier, answers it (our interrupts may be
- *		held) and waits for every process, with no bound: an error here
- *		would release the locks with old descriptors still open.  With
+ *		held), and waits with no bound (an error here would release the
+ *		locks with old descriptors still open): with holders_dir, for the
+ *		processes that hold a file under it (release_holders; the switch
+ *		left none before the rename), else for every process.  With
  *		pg_tsmove.switch_terminate_client_writers_after set and may_terminate
  *		(the job's submitter is still a superuser), a client session
- *		blocked writing to its client that a report names once the wait has
- *		lasted that long is sent SIGTERM (capture_laggard); each is logged
- *		after the wait.  on_standby (a standby's switch, which holds
- *		checkpoints from completing): a report made after a promotion
- *		PANICs (capture_laggard).
+ *		blocked writing to its client that the wait names once it has
+ *		lasted that long is sent SIGTERM (capture_laggard, release_holders);
+ *		each is logged after the wait.  on_standby (a standby's switch,
+ *		which holds checkpoints from completing): a report made after a
+ *		promotion PANICs (capture_laggard).
  */
 void
-tsm_barrier_release(bool may_terminate, bool on_standby)
+tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 
@@ -243,7 +312,8 @@ tsm_barrier_release(bool may_terminate, bool on_standby)
 	release_may_terminate = may_terminate;
 	release_on_standby = on_standby;
 	releasing = true;
-	WaitForProcSignalBarrier(generation);
+	if (holders_dir == NULL || !release_holders(holders_dir, may_terminate))
+		WaitForProcSignalBarrier(generation);
 	releasing = false;
 	for (int i = 0; i < release_nterminated; i++)
 		ereport(LOG,
@@ -252,6 +322,45 @@ tsm_barrier_release(bool may_terminate, bool on_standby)
 						release_terminated[i]),
 				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
 						   tsm_switch_terminate_client_writers_after_ms)));
+}
+
+/*
+ * tsm_barrier_wait_for_holders
+ *		Emit PROCSIGNAL_BARRIER_SMGRRELEASE, answer it, and wait at most
+ *		timeout_ms, interruptibly, until no process but ours (or, with
+ *		only_pid, that process) holds a file under dir.  Returns 1 when
+ *		none does, 0 if one still does (*laggard, the first), -1 if /proc
+ *		does not tell.
+ */
+int
+tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms, int *laggard)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	long		sleep_ms = 1;
+
+	*laggard = 0;
+	(void) EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
+	ProcessProcSignalBarrier(); /* our own */
+	for (;;)
+	{
+		int			pid = only_pid;
+		int			n;
+
+		if (only_pid != 0)
+			n = tsm_process_holds_files_under(only_pid, dir);
+		else
+			n = tsm_old_file_holders(dir, &pid, 1);
+		if (n <= 0)
+			return n == 0 ? 1 : -1;
+		*laggard = pid;
+		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), timeout_ms))
+			return 0;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, WAIT_EVENT_PG_SLEEP);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		sleep_ms = Min(sleep_ms * 2, 20);
+	}
 }
 
 /*

@@ -18,8 +18,16 @@
  */
 #define TSM_BARRIER_NAMING_GAP_MS (2 * TSM_BARRIER_PROBE_MS + 3000)
 
+/*
+ * How long a switch, under its locks, waits for the processes that hold a
+ * file of the old location to close them before it gives up the attempt.
+ */
+#define TSM_HOLDERS_WAIT_MS 500
+
 extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
-extern void tsm_barrier_release(bool may_terminate, bool on_standby);
+extern int	tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms,
+										 int *laggard);
+extern void tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir);
 extern bool tsm_terminate_client_writer(int pid);
 
 #endif							/* TSM_RELOCATION_BARRIER_H */

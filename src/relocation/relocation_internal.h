@@ -102,6 +102,10 @@ typedef struct TsmRelocation
 	TimestampTz barrier_laggard_since;	/* the first probe in a row naming it */
 	TimestampTz barrier_laggard_last;	/* the last probe naming it */
 	bool		may_terminate;	/* the submitter is still a superuser */
+	char	   *holders_dir;	/* old_dir, canonical: the switch waits only
+								 * for the processes that hold a file under
+								 * it (relocation_holders.c); NULL: for the
+								 * whole barrier */
 	bool		on_standby;		/* a hot standby's own copy (local job):
 								 * relocation_standby.c */
 	bool		replay_paused;	/* its switch holds replay paused */

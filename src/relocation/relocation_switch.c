@@ -87,6 +87,7 @@
 
 #include "relocation/relocation_backups.h"
 #include "relocation/relocation_barrier.h"
+#include "relocation/relocation_holders.h"
 #include "relocation/relocation_internal.h"
 #include "jobs/submit.h"
 
@@ -186,7 +187,7 @@ lock_relation_then_guard(void *arg, int i)
  * client (relocation_barrier.c; a cancel would not reach it).
  */
 static void
-note_barrier_laggard(TsmJob *job, int laggard)
+note_barrier_laggard(TsmJob *job, int laggard, int waited_ms)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TimestampTz now = GetCurrentTimestamp();
@@ -214,18 +215,45 @@ note_barrier_laggard(TsmJob *job, int laggard)
 					 "(it does not answer procsignal barriers); retrying", laggard);
 	}
 	else if (laggard != 0)
-		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d s (it does not "
+		tsm_ctl_note(&job->ctl, "process %d has not closed its files within %d ms (it does not "
 					 "answer procsignal barriers): the switch takes no lock until it does",
-					 laggard, TSM_BARRIER_PROBE_MS / 1000);
+					 laggard, waited_ms);
 	else
-		tsm_ctl_note(&job->ctl, "a process has not closed its files within %d s (it does not "
+		tsm_ctl_note(&job->ctl, "a process has not closed its files within %d ms (it does not "
 					 "answer procsignal barriers): the switch takes no lock until it does",
-					 TSM_BARRIER_PROBE_MS / 1000);
+					 waited_ms);
+}
+
+/*
+ * Whether this attempt waits only for the processes that hold a file of
+ * the old location (relocation_holders.c): on a primary whose switch
+ * freezes the relations, where /proc tells.  Sets st->holders_dir.
+ */
+static bool
+waits_for_holders_only(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	char	   *real = NULL;	/* malloc'd: a buffer would need PATH_MAX */
+
+	if (st->on_standby || job->switch_lockmode != AccessExclusiveLock ||
+		!tsm_old_file_holders_known() || (real = realpath(st->old_dir, NULL)) == NULL)
+	{
+		st->holders_dir = NULL;
+		return false;
+	}
+	if (st->holders_dir == NULL || strcmp(st->holders_dir, real) != 0)
+		st->holders_dir = MemoryContextStrdup(job->cxt, real);
+	free(real);
+	job->flush_under_locks = true;	/* see holders_let_go */
+	return true;
 }
 
 /*
  * Before any lock: the barrier's probe (relocation_barrier.c).  False, with
- * the switch's transaction committed and a note, if a process lags.
+ * the switch's transaction committed and a note, if a process lags.  When
+ * the switch waits only for the processes that hold files of the old
+ * location, only the one that kept the last attempt from switching is
+ * waited for here (the others are, under the locks: switch_commit).
  */
 static bool
 probe_barrier(TsmJob *job)
@@ -235,10 +263,30 @@ probe_barrier(TsmJob *job)
 
 	/* whether the worker may still signal sessions for the submitter */
 	st->may_terminate = superuser_arg(job->row.submitted_by);
+	if (waits_for_holders_only(job))
+	{
+		int			none_held = st->barrier_laggard == 0 ? 1 :
+			tsm_barrier_wait_for_holders(st->holders_dir, st->barrier_laggard,
+										 TSM_BARRIER_PROBE_MS, &laggard);
+
+		if (none_held == 0)
+		{
+			CommitTransactionCommand();
+			note_barrier_laggard(job, laggard, TSM_BARRIER_PROBE_MS);
+			return false;
+		}
+		if (none_held > 0)
+		{
+			st->barrier_laggard = 0;
+			return true;
+		}
+		st->holders_dir = NULL; /* /proc does not tell: the whole barrier */
+		job->flush_under_locks = false;
+	}
 	if (!tsm_barrier_probe(TSM_BARRIER_PROBE_MS, &laggard))
 	{
 		CommitTransactionCommand();
-		note_barrier_laggard(job, laggard);
+		note_barrier_laggard(job, laggard, TSM_BARRIER_PROBE_MS);
 		return false;
 	}
 	st->barrier_laggard = 0;
@@ -624,7 +672,7 @@ remove_unlinked_tombstones(TsmJob *job)
 void
 tsm_reloc_release_old_descriptors(TsmRelocation *st)
 {
-	tsm_barrier_release(st->may_terminate, st->on_standby);
+	tsm_barrier_release(st->may_terminate, st->on_standby, st->holders_dir);
 	st->barrier_done = true;
 }
 
@@ -669,6 +717,39 @@ create_inactive_segments(TsmJob *job)
 }
 
 /*
+ * Under the locks, before the rename, when the switch waits only for the
+ * processes that hold files of the old location (relocation_holders.c):
+ * the worker has written every dirty buffer of the tablespace
+ * (job->flush_under_locks: hint bits set before the locks; writes in
+ * progress are waited for), so no process has a page of it to write, and
+ * none can read one under the locks: from here no process opens an old
+ * file to keep it.  Wait, bounded, until none holds one
+ * (relocation_barrier.c); after the rename there is nobody left to wait
+ * for.  False, with the locks released and a note, if one does not let go
+ * in time.
+ */
+static bool
+holders_let_go(TsmJob *job)
+{
+	TsmRelocation *st = (TsmRelocation *) job->state;
+	int			laggard;
+	int			none_held;
+
+	Assert(job->flush_under_locks);
+	none_held = tsm_barrier_wait_for_holders(st->holders_dir, 0, TSM_HOLDERS_WAIT_MS, &laggard);
+	if (none_held < 0)
+	{
+		st->holders_dir = NULL; /* /proc stopped telling: the whole barrier */
+		return true;
+	}
+	if (none_held > 0)
+		return true;
+	tsm_relocation_switch_release(job);
+	note_barrier_laggard(job, laggard, TSM_HOLDERS_WAIT_MS);
+	return false;
+}
+
+/*
  * switch_commit: with the locks held and the copy complete and synced,
  * repoint the link and make every process let go of the old files; the
  * locks stay for the worker's reconciliation and switch_end.  False, with
@@ -684,6 +765,8 @@ tsm_relocation_switch_commit(TsmJob *job)
 	ListCell   *lc;
 	char	   *link;
 
+	if (st->holders_dir != NULL && !holders_let_go(job))
+		return false;
 	foreach(lc, st->dbs)
 	{
 		RelocDb    *db = (RelocDb *) lfirst(lc);

@@ -322,6 +322,7 @@ try_switch(TsmJob *job)
 
 	job->ctl.progress.switch_attempts++;
 	job->ctl.progress.note[0] = '\0';
+	job->flush_under_locks = false;
 	if (!job->front->switch_lock(job))
 	{
 		job->ctl.progress.lock_wait_ms +=
@@ -369,6 +370,8 @@ try_switch(TsmJob *job)
 			tsm_copy_file_whole(fs, fs->order[i]);
 	fs->flush_source = false;
 	tsm_fileset_sync(fs);
+	if (job->flush_under_locks)
+		tsm_fileset_flush_buffers(fs);
 	if (!job->front->switch_commit(job))
 		return false;
 	if (job->front->switch_end)
