@@ -24,6 +24,12 @@
  *	   every file (worker.c, reconcile.c); now
  *	   every buffer equals its page in the old and the new files, up to
  *	   what readers change (pruning, hint bits);
+ *	2b. where the switch waits only for the processes that hold a file of
+ *	   the old location (relocation_holders.c: a primary under
+ *	   AccessExclusiveLock, where /proc tells), the worker has written
+ *	   every dirty buffer of the tablespace; the barrier is emitted and
+ *	   waited for, at most TSM_HOLDERS_WAIT_MS, until none holds one
+ *	   (holders_let_go); else the attempt ends and names the holder;
  *	3. fsync the new directories; create there the old location's empty
  *	   files (segments a truncation left, which the checkpointer will
  *	   fsync through the link); under TablespaceCreateLock (which DROP
@@ -32,7 +38,8 @@
  *	   create the new link under a temporary name, rename() it over
  *	   pg_tblspc/<oid>, fsync pg_tblspc: from here the link is the truth;
  *	4. PROCSIGNAL_BARRIER_SMGRRELEASE: every process, the checkpointer and
- *	   the bgwriter included, closes its old descriptors (and the worker's
+ *	   the bgwriter included, closes its old descriptors (after 2b, none
+ *	   is left to wait for; else every process is waited for) (and the worker's
  *	   own, absorbed by hand since interrupts are held from 3 to 4, so that
  *	   no error can release the locks before the barrier);
  *	4b. the worker reads the WAL of the window and logs whole each page
@@ -50,7 +57,8 @@
  * while a base backup runs, of either kind (relocation_backups.c), and
  * looks again at the rename with checkpoints delayed: a backup that read
  * the tablespace across the switch could miss files.  Before any lock, it
- * tries the SMGRRELEASE barrier with a bound (relocation_barrier.c).
+ * tries the SMGRRELEASE barrier with a bound (relocation_barrier.c): for
+ * the process that kept the last attempt from switching, after 2b.
  *
  * Calls relocation_files.c and the relocation's helpers; the worker calls
  * it, and so does relocation_finish.c (the barrier, in cleanup).
