@@ -192,15 +192,21 @@ def test_client_writer_lagging_before_the_locks_is_terminated(primary):
     check_data(primary, new, expected)
 
 
+READERS_SWITCH = ("pg_tsmove.switch_terminate_client_writers_after = '8s'",
+                  "pg_tsmove.relocation_switch_admits_readers = on")
+
+
 @pytest.mark.matrix
-@pytest.mark.pg_conf("pg_tsmove.switch_terminate_client_writers_after = '8s'",
-                     "pg_tsmove.relocation_switch_admits_readers = on")
-def test_client_writer_lagging_after_the_rename_is_terminated(primary):
+@pytest.mark.pg_conf(*READERS_SWITCH)
+@pytest.mark.parametrize("log_level", ["warning", "fatal"])
+def test_client_writer_lagging_after_the_rename_is_terminated(primary, log_level):
     """The readers' switch: the session starts while the switch holds its
     locks, after the try, and reads the tablespace's table (ExclusiveLock
     lets it): it lags only the barrier after the rename, held with
     interrupts and every lock.  It is sent SIGTERM at the first of the
-    wait's 5 s reports that comes after 8 s, the second."""
+    wait's 5 s reports that comes after 8 s, the second.  The reports are
+    LOG lines the worker reads from its log hook: with log_min_messages
+    at fatal it still makes them."""
     expected = make_relocatable_table(primary)
     old = location_of(primary, "ts_a")
     new = new_location(primary, "relocated")
@@ -210,6 +216,8 @@ def test_client_writer_lagging_after_the_rename_is_terminated(primary):
     assert open_files_under(stalled_pid, old)
     try:
         assert location_of(primary, "ts_a") == old      # still paused
+        # read with the pause's end (the pause is found by its LOG line)
+        primary.sql("ALTER SYSTEM SET log_min_messages = %s" % log_level)
         end_pause(primary)
         check_terminated(primary, job, stalled_pid, "held the relocation's switch after the rename")
         log = primary.log_contents()

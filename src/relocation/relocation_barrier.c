@@ -72,6 +72,7 @@
 #include "storage/procarray.h"
 #include "storage/procsignal.h"
 #include "replication/walsender_private.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timeout.h"
@@ -165,8 +166,8 @@ probe_timeout_handler(void)
  * pg_tsmove.switch_terminate_client_writers_after (the process named has
  * not answered since the wait began), terminate it if it is blocked
  * writing to its client.  Runs with interrupts held: nothing here may
- * throw or allocate.  The reports are LOG messages: with log_min_messages
- * above LOG none is made, and nothing is named or terminated.
+ * throw or allocate.  The reports are LOG messages, made whatever
+ * log_min_messages says (log_at_log_level).
  */
 static void
 capture_laggard(ErrorData *edata)
@@ -218,6 +219,33 @@ install_hooks(void)
 		prev_emit_log_hook = emit_log_hook;
 		emit_log_hook = capture_laggard;
 	}
+}
+
+/*
+ * The waits' reports are LOG messages that the hook reads: with
+ * log_min_messages above LOG none would be made (errstart() skips them),
+ * and nobody would be named, signalled, or, on a standby promoted during
+ * the wait, made to PANIC.  So this process logs at LOG while it waits;
+ * restore_log_level() ends that.  Returns the GUC nesting level to pass it.
+ */
+static pg_noinline int
+log_at_log_level(void)
+{
+	int			nest;
+
+	if (!IsTransactionState())
+		return -1;				/* cleanup after an error: as configured */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("log_min_messages", "log", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+static void
+restore_log_level(int nest)
+{
+	if (nest >= 0)
+		AtEOXact_GUC(true, nest);
 }
 
 /*
@@ -303,6 +331,7 @@ void
 tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir)
 {
 	uint64		generation = EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
+	int			nest = log_at_log_level();
 
 	wake_startup_process();
 	install_hooks();
@@ -322,6 +351,7 @@ tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir
 						release_terminated[i]),
 				 errdetail("pg_tsmove.switch_terminate_client_writers_after is %d ms.",
 						   tsm_switch_terminate_client_writers_after_ms)));
+	restore_log_level(nest);
 }
 
 /*
@@ -379,6 +409,7 @@ tsm_barrier_probe(int timeout_ms, int *laggard)
 	ResourceOwner owner = CurrentResourceOwner;
 	uint64		generation;
 	volatile bool absorbed = true;
+	volatile int nest = log_at_log_level();
 
 	install_hooks();
 	laggard_pid = 0;
@@ -417,6 +448,7 @@ tsm_barrier_probe(int timeout_ms, int *laggard)
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
 	probing = false;
+	restore_log_level(nest);
 	*laggard = laggard_pid;
 	return absorbed;
 }
