@@ -261,27 +261,26 @@ wake_startup_process(void)
 }
 
 /*
- * Wait, interrupts held, until no process but ours holds a file under dir.
- * Every 5 s the first is logged; with pg_tsmove.switch_terminate_client_
- * writers_after set and may_terminate, a holder blocked writing to its
- * client is sent SIGTERM once the wait has lasted that long.  Returns false
- * if /proc stopped telling.
+ * Wait, interrupts held, until no process but ours holds a file under dir:
+ * every process is looked at once, then only those that held one (no
+ * other gets one now: relocation_holders.c).  Every 5 s the first is
+ * logged; with pg_tsmove.switch_terminate_client_writers_after set and
+ * may_terminate, a holder blocked writing to its client is sent SIGTERM
+ * once the wait has lasted that long.  Returns false if /proc stopped
+ * telling.
  */
 static bool
 release_holders(const char *dir, bool may_terminate)
 {
 	TimestampTz last_report = GetCurrentTimestamp();
 	long		sleep_ms = 1;
+	int		   *pids = palloc(sizeof(int) * Max(1, ProcGlobal->allProcCount));
+	int			n = tsm_old_file_holders(dir, pids, ProcGlobal->allProcCount);
 
-	for (;;)
+	while (n > 0)
 	{
-		int			pids[TSM_MAX_TERMINATED];
-		int			n = tsm_old_file_holders(dir, pids, lengthof(pids));
-		TimestampTz now;
+		TimestampTz now = GetCurrentTimestamp();
 
-		if (n <= 0)
-			return n == 0;
-		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_report, now, 5000))
 		{
 			ereport(LOG,
@@ -290,7 +289,7 @@ release_holders(const char *dir, bool may_terminate)
 					 errdetail("%d processes hold one.", n)));
 			last_report = now;
 		}
-		for (int i = 0; i < Min(n, TSM_MAX_TERMINATED); i++)
+		for (int i = 0; i < n; i++)
 		{
 			bool		listed = false;
 
@@ -308,7 +307,10 @@ release_holders(const char *dir, bool may_terminate)
 						 sleep_ms, WAIT_EVENT_PG_SLEEP);
 		ResetLatch(MyLatch);
 		sleep_ms = Min(sleep_ms * 2, 10);
+		n = tsm_old_file_holders_recheck(dir, pids, n);
 	}
+	pfree(pids);
+	return n == 0;
 }
 
 /*
@@ -365,32 +367,37 @@ tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir
 int
 tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms, int *laggard)
 {
-	TimestampTz started = GetCurrentTimestamp();
+	TimestampTz started;
 	long		sleep_ms = 1;
+	int		   *pids = palloc(sizeof(int) * Max(1, ProcGlobal->allProcCount));
+	int			n;
 
 	*laggard = 0;
 	(void) EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 	ProcessProcSignalBarrier(); /* our own */
-	for (;;)
+	if (only_pid != 0)
 	{
-		int			pid = only_pid;
-		int			n;
-
-		if (only_pid != 0)
-			n = tsm_process_holds_files_under(only_pid, dir);
-		else
-			n = tsm_old_file_holders(dir, &pid, 1);
-		if (n <= 0)
-			return n == 0 ? 1 : -1;
-		*laggard = pid;
+		pids[0] = only_pid;
+		n = tsm_old_file_holders_recheck(dir, pids, 1);
+	}
+	else
+		n = tsm_old_file_holders(dir, pids, ProcGlobal->allProcCount);
+	/* the bound starts once the holders are known: the first look is long */
+	started = GetCurrentTimestamp();
+	while (n > 0)
+	{
+		*laggard = pids[0];
 		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), timeout_ms))
-			return 0;
+			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, WAIT_EVENT_PG_SLEEP);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		sleep_ms = Min(sleep_ms * 2, 20);
+		n = tsm_old_file_holders_recheck(dir, pids, n);
 	}
+	pfree(pids);
+	return n < 0 ? -1 : n == 0 ? 1 : 0;
 }
 
 /*

@@ -173,6 +173,31 @@ tsm_old_file_holders(const char *dir, int *pids, int max)
 }
 
 /*
+ * tsm_old_file_holders_recheck
+ *		Of the n processes in pids[] (tsm_old_file_holders' answer), keep
+ *		those that still hold a file under dir.  Returns how many, or -1 if
+ *		/proc does not tell.  Under the switch's locks no other process
+ *		gets one (see above): a look at every process, readlink() of each
+ *		of its descriptors (a few microseconds each), is needed only once.
+ */
+int
+tsm_old_file_holders_recheck(const char *dir, int *pids, int n)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		int			holds = tsm_process_holds_files_under(pids[i], dir);
+
+		if (holds < 0)
+			return -1;
+		if (holds > 0)
+			pids[kept++] = pids[i];
+	}
+	return kept;
+}
+
+/*
  * tsm_old_file_holders_known
  *		Whether /proc shows this server's processes' descriptors: the
  *		worker's own, and the postmaster's (same user).  Looked up once.

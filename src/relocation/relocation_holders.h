@@ -11,6 +11,7 @@
 
 extern bool tsm_old_file_holders_known(void);
 extern int	tsm_old_file_holders(const char *dir, int *pids, int max);
+extern int	tsm_old_file_holders_recheck(const char *dir, int *pids, int n);
 extern int	tsm_process_holds_files_under(int pid, const char *dir);
 
 #endif							/* TSM_RELOCATION_HOLDERS_H */
