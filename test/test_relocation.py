@@ -661,3 +661,38 @@ def test_move_tablespace_empties_it(primary):
         assert primary.row_hash(table, order) == hashes[table], table
     assert primary.sql_scalar("SELECT count(*) FROM scratch") == 10000
     assert primary.amcheck() == [] and primary.orphan_files() == []
+
+
+@pytest.mark.matrix
+def test_free_space_map_that_grew_after_its_copy_moves_whole(primary):
+    """The FSM is copied once (its changes are not WAL-logged).  A VACUUM
+    that extends it while a lock holds the switch off must not leave the
+    new file shorter than the FSM's buffers: after the switch, INSERT and
+    VACUUM met "unexpected data beyond EOF" (a hostile review's case)."""
+    primary.sql("CREATE TABLE t (id int, pad text) WITH (autovacuum_enabled = off) TABLESPACE ts_a")
+    primary.sql("ALTER TABLE t ALTER pad SET STORAGE plain")
+    primary.sql("INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(1, 28000) g")
+    primary.sql("CREATE TABLE other (id int) TABLESPACE ts_a")
+    primary.sql("INSERT INTO other VALUES (1)")
+    primary.sql("VACUUM t")
+    fsm_before = primary.sql_scalar("SELECT pg_relation_size('t', 'fsm') / 8192")
+    new = new_location(primary, "relocated")
+    with primary.conn() as blocker:
+        blocker.execute("BEGIN")
+        blocker.execute("SELECT * FROM other")       # holds the switch off
+        job = relocate(primary, "ts_a", new)
+        wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 1, 60,
+                 what="a switch attempt")
+        primary.sql("INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(28001, 29500) g")
+        primary.sql("VACUUM t")
+        fsm_grown = primary.sql_scalar("SELECT pg_relation_size('t', 'fsm') / 8192")
+        assert fsm_grown > fsm_before, (fsm_before, fsm_grown)
+        blocker.execute("ROLLBACK")
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert location_of(primary, "ts_a") == new
+    assert primary.sql_scalar("SELECT pg_relation_size('t', 'fsm') / 8192") == fsm_grown
+    primary.sql("INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(29501, 31000) g")
+    primary.sql("VACUUM t")
+    primary.sql("INSERT INTO t SELECT g, repeat('y', 100) FROM generate_series(1, 2000) g")
+    assert primary.sql_scalar("SELECT count(*) FROM t") == 33000
+    assert primary.amcheck() == []

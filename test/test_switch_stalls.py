@@ -5,7 +5,7 @@ must not hold it at all.
 
 Every process that holds a descriptor of an old file must close it (the
 SMGRRELEASE barrier); the switch finds them in /proc and waits for those
-alone, under its locks and before the rename, at most 500 ms an attempt
+alone, under its locks and before the rename, at most 200 ms an attempt
 (relocation_holders.c).  Processes that do not answer the barrier:
 
 - the archiver inside a long archive_command, and a session blocked on its

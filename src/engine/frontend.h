@@ -124,6 +124,9 @@ struct TsmJob
 									 * every dirty buffer of the set, under the
 									 * locks, before switch_commit (a
 									 * relocation's: relocation_holders.c) */
+	bool		flushes_before_switch;	/* set by the front end: and writes them
+										 * all before each attempt's locks too,
+										 * so that few are left for under them */
 	TimestampTz lock_granted;	/* of the switch attempt under way */
 	TsmSwitchBlock block;		/* since when the switch is blocked
 								 * (switch_blockers.c) */

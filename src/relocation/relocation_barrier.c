@@ -359,36 +359,34 @@ tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir
 /*
  * tsm_barrier_wait_for_holders
  *		Emit PROCSIGNAL_BARRIER_SMGRRELEASE, answer it, and wait at most
- *		timeout_ms, interruptibly, until no process but ours (or, with
- *		only_pid, that process) holds a file under dir.  Returns 1 when
- *		none does, 0 if one still does (*laggard, the first), -1 if /proc
- *		does not tell.
+ *		timeout_ms (from when the holders are known), interruptibly, until
+ *		no process but ours holds a file under dir: with *nheld > 0 on
+ *		entry, only the processes in held[]; else every process is looked
+ *		at once, then only those that held one.  Returns 1 when none does,
+ *		0 if some still do (*nheld of them in held[], at most max), -1 if
+ *		/proc does not tell.
  */
 int
-tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms, int *laggard)
+tsm_barrier_wait_for_holders(const char *dir, int *held, int *nheld, int max, int timeout_ms)
 {
 	TimestampTz started;
 	long		sleep_ms = 1;
 	int		   *pids = palloc(sizeof(int) * Max(1, ProcGlobal->allProcCount));
-	int			n;
+	int			n = *nheld;
 
-	*laggard = 0;
 	(void) EmitProcSignalBarrier(PROCSIGNAL_BARRIER_SMGRRELEASE);
 	ProcessProcSignalBarrier(); /* our own */
-	if (only_pid != 0)
+	if (n > 0)
 	{
-		pids[0] = only_pid;
-		n = tsm_old_file_holders_recheck(dir, pids, 1);
+		memcpy(pids, held, sizeof(int) * n);
+		n = tsm_old_file_holders_recheck(dir, pids, n);
 	}
 	else
 		n = tsm_old_file_holders(dir, pids, ProcGlobal->allProcCount);
 	/* the bound starts once the holders are known: the first look is long */
 	started = GetCurrentTimestamp();
-	while (n > 0)
+	while (n > 0 && !TimestampDifferenceExceeds(started, GetCurrentTimestamp(), timeout_ms))
 	{
-		*laggard = pids[0];
-		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), timeout_ms))
-			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, WAIT_EVENT_PG_SLEEP);
 		ResetLatch(MyLatch);
@@ -396,6 +394,8 @@ tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms, int 
 		sleep_ms = Min(sleep_ms * 2, 20);
 		n = tsm_old_file_holders_recheck(dir, pids, n);
 	}
+	*nheld = Max(0, Min(n, max));
+	memcpy(held, pids, sizeof(int) * *nheld);
 	pfree(pids);
 	return n < 0 ? -1 : n == 0 ? 1 : 0;
 }

@@ -22,11 +22,14 @@
  * How long a switch, under its locks, waits for the processes that hold a
  * file of the old location to close them before it gives up the attempt.
  */
-#define TSM_HOLDERS_WAIT_MS 500
+#define TSM_HOLDERS_WAIT_MS 200
+
+/* How many of the processes that kept an attempt from switching are kept. */
+#define TSM_MAX_HOLDERS_KEPT 8
 
 extern bool tsm_barrier_probe(int timeout_ms, int *laggard);
-extern int	tsm_barrier_wait_for_holders(const char *dir, int only_pid, int timeout_ms,
-										 int *laggard);
+extern int	tsm_barrier_wait_for_holders(const char *dir, int *held, int *nheld, int max,
+										 int timeout_ms);
 extern void tsm_barrier_release(bool may_terminate, bool on_standby, const char *holders_dir);
 extern bool tsm_terminate_client_writer(int pid);
 

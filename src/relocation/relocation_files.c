@@ -684,6 +684,12 @@ tsm_relocation_prepare(TsmJob *job)
 
 	st->old_dir = psprintf("%s/%s", st->old_location, TABLESPACE_VERSION_DIRECTORY);
 	st->new_dir = psprintf("%s/%s", st->new_location, TABLESPACE_VERSION_DIRECTORY);
+	/*
+	 * A switch that waits only for the processes holding old files writes
+	 * the dirty buffers under its locks (relocation_holders.c): write them
+	 * before each attempt too, so that few are left for then.
+	 */
+	job->flushes_before_switch = !st->on_standby && job->switch_lockmode == AccessExclusiveLock;
 	/* marks first: only they let the recovery pass remove either location */
 	st->marks_written = true;
 	tsm_relocmark_write(st->new_location, job->row.job_id);

@@ -14,15 +14,18 @@
  * /proc/<pid>/fd of each process of the cluster (all have a PGPROC, the
  * auxiliary processes and 18's I/O workers included; the postmaster and
  * the logger never open a relation's file), readable by the server's own
- * user.  Temporary files (pgsql_tmp) do not count: the barrier does not
- * close them, and the switch waits for them apart (relocation_finish.c).
+ * user.  Only relation files count: a directory open (pg_database_size())
+ * writes no page, and temporary files (pgsql_tmp) are not closed by the
+ * barrier; the switch waits for those apart (relocation_finish.c).
  *
  * A process can also get a descriptor while it is looked at: an open(2)
  * that resolved the old path is listed only when it returns.  The switch
  * closes that window with its locks (relocation_switch.c): under its
  * AccessExclusiveLocks no process reads a file of the tablespace, and
- * once every dirty buffer of it has been written (FlushRelationsAllBuffers
- * waits for writes in progress too) none has one to write; what remains is
+ * once every dirty buffer of it has been written (all before the locks,
+ * then under them the pages copied and the few dirtied since:
+ * FlushRelationsAllBuffers waits for writes in progress too) none has one
+ * to write; what remains is
  * the checkpointer's fsync of a file and pg_read_binary_file(), which open,
  * do not write pages, and close.
  *
@@ -40,6 +43,7 @@
 #include "postgres.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -48,19 +52,40 @@
 #include "storage/fd.h"
 #include "storage/proc.h"
 
+#include "compat.h"
 #include "relocation/relocation_holders.h"
 
 /*
- * Whether target, a descriptor's path, is a file under dir (a canonical
- * path) other than a temporary file.
+ * Whether target, a descriptor's path, is a relation's file under dir (a
+ * canonical path): <dir>/<database>/<relation file>, a temporary
+ * relation's included.  Not a directory (pg_database_size(), pg_ls_dir()
+ * open those, and write no page) nor a temporary file (pgsql_tmp).
  */
 static bool
 is_old_file(const char *target, const char *dir, size_t dirlen)
 {
+	const char *db = target + dirlen + 1;
+	const char *name;
+	char		file[MAXPGPATH];
+	size_t		len;
+	TsmRelFileNumber number;
+	ForkNumber	fork;
+	unsigned	segno;
+
 	if (strncmp(target, dir, dirlen) != 0 || target[dirlen] != '/')
 		return false;
-	return strncmp(target + dirlen + 1, PG_TEMP_FILES_DIR,
-				   strlen(PG_TEMP_FILES_DIR)) != 0;
+	len = strspn(db, "0123456789");
+	if (len == 0 || db[len] != '/')
+		return false;
+	name = db + len + 1;
+	strlcpy(file, name, sizeof(file));
+	/* a file removed while open (its copy is what counts now) */
+	len = strlen(file);
+	if (len > strlen(" (deleted)") &&
+		strcmp(file + len - strlen(" (deleted)"), " (deleted)") == 0)
+		file[len - strlen(" (deleted)")] = '\0';
+	return tsm_parse_relation_file_name(file, &number, &fork, &segno) ||
+		looks_like_temp_rel_name(file);
 }
 
 /*
@@ -130,6 +155,11 @@ tsm_process_holds_files_under(int pid, const char *dir)
 			if (errno == ENOENT || errno == ESRCH)
 				continue;
 			found = process_is_exiting(pid) ? 0 : -1;
+			break;
+		}
+		if (len >= sizeof(target) - 1)
+		{
+			found = -1;			/* cut short: it cannot be told */
 			break;
 		}
 		target[len] = '\0';
@@ -210,9 +240,28 @@ tsm_old_file_holders_known(void)
 	if (known < 0)
 	{
 		char		path[64];
+		char		target[MAXPGPATH + 32];
+		char	   *data_dir = realpath(DataDir, NULL);
+		int			fd = open("PG_VERSION", O_RDONLY | PG_BINARY, 0);
+		ssize_t		len = -1;
 
-		snprintf(path, sizeof(path), "/proc/%d/fd", (int) PostmasterPid);
-		known = access("/proc/self/fd", R_OK) == 0 && access(path, R_OK | X_OK) == 0;
+		known = 0;
+		/* a file we opened must show, under its canonical path */
+		if (fd >= 0)
+		{
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			len = readlink(path, target, sizeof(target) - 1);
+			close(fd);
+		}
+		if (data_dir != NULL && len > 0 && len < sizeof(target) - 1)
+		{
+			target[len] = '\0';
+			snprintf(path, sizeof(path), "/proc/%d/fd", (int) PostmasterPid);
+			known = strncmp(target, data_dir, strlen(data_dir)) == 0 &&
+				strcmp(target + strlen(data_dir), "/PG_VERSION") == 0 &&
+				access(path, R_OK | X_OK) == 0;
+		}
+		free(data_dir);
 	}
 	return known == 1;
 }

@@ -102,6 +102,9 @@ typedef struct TsmRelocation
 	TimestampTz barrier_laggard_since;	/* the first probe in a row naming it */
 	TimestampTz barrier_laggard_last;	/* the last probe naming it */
 	bool		may_terminate;	/* the submitter is still a superuser */
+	int			holders_left[8];	/* those that kept the last attempt from
+									 * switching (TSM_MAX_HOLDERS_KEPT) */
+	int			nholders_left;
 	char	   *holders_dir;	/* old_dir, canonical: the switch waits only
 								 * for the processes that hold a file under
 								 * it (relocation_holders.c); NULL: for the

@@ -27,7 +27,8 @@
  *	2b. where the switch waits only for the processes that hold a file of
  *	   the old location (relocation_holders.c: a primary under
  *	   AccessExclusiveLock, where /proc tells), the worker has written
- *	   every dirty buffer of the tablespace; the barrier is emitted and
+ *	   every dirty buffer of the tablespace (before the locks, and under
+ *	   them each page copied and those dirtied since); the barrier is emitted and
  *	   waited for, at most TSM_HOLDERS_WAIT_MS, until none holds one
  *	   (holders_let_go); else the attempt ends and names the holder;
  *	3. fsync the new directories; create there the old location's empty
@@ -273,14 +274,14 @@ probe_barrier(TsmJob *job)
 	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (waits_for_holders_only(job))
 	{
-		int			none_held = st->barrier_laggard == 0 ? 1 :
-			tsm_barrier_wait_for_holders(st->holders_dir, st->barrier_laggard,
-										 TSM_BARRIER_PROBE_MS, &laggard);
+		int			none_held = st->nholders_left == 0 ? 1 :
+			tsm_barrier_wait_for_holders(st->holders_dir, st->holders_left, &st->nholders_left,
+										 TSM_MAX_HOLDERS_KEPT, TSM_BARRIER_PROBE_MS);
 
 		if (none_held == 0)
 		{
 			CommitTransactionCommand();
-			note_barrier_laggard(job, laggard, TSM_BARRIER_PROBE_MS);
+			note_barrier_laggard(job, st->holders_left[0], TSM_BARRIER_PROBE_MS);
 			return false;
 		}
 		if (none_held > 0)
@@ -288,6 +289,7 @@ probe_barrier(TsmJob *job)
 			st->barrier_laggard = 0;
 			return true;
 		}
+		st->nholders_left = 0;
 		st->holders_dir = NULL; /* /proc does not tell: the whole barrier */
 		job->flush_under_locks = false;
 	}
@@ -740,11 +742,12 @@ static bool
 holders_let_go(TsmJob *job)
 {
 	TsmRelocation *st = (TsmRelocation *) job->state;
-	int			laggard;
 	int			none_held;
 
 	Assert(job->flush_under_locks);
-	none_held = tsm_barrier_wait_for_holders(st->holders_dir, 0, TSM_HOLDERS_WAIT_MS, &laggard);
+	st->nholders_left = 0;
+	none_held = tsm_barrier_wait_for_holders(st->holders_dir, st->holders_left, &st->nholders_left,
+											 TSM_MAX_HOLDERS_KEPT, TSM_HOLDERS_WAIT_MS);
 	if (none_held < 0)
 	{
 		st->holders_dir = NULL; /* /proc stopped telling: the whole barrier */
@@ -753,7 +756,7 @@ holders_let_go(TsmJob *job)
 	if (none_held > 0)
 		return true;
 	tsm_relocation_switch_release(job);
-	note_barrier_laggard(job, laggard, TSM_HOLDERS_WAIT_MS);
+	note_barrier_laggard(job, st->holders_left[0], TSM_HOLDERS_WAIT_MS);
 	return false;
 }
 

@@ -360,8 +360,28 @@ try_switch(TsmJob *job)
 		return false;
 	}
 	tsm_ctl_set_state(&job->ctl, TSM_SWITCHING);
-	/* readers of old files must see the copy: every page copied is written */
-	fs->flush_source = job->switch_lockmode != AccessExclusiveLock;
+	/*
+	 * A file copied once (a relocated FSM: its changes are not WAL-logged)
+	 * that grew since: its new blocks too, or buffers past the copy's end
+	 * would meet "unexpected data beyond EOF" after the switch.
+	 */
+	for (int i = 0; i < fs->nfiles; i++)
+	{
+		TsmFile    *f = fs->order[i];
+		BlockNumber source_blocks;
+
+		if (f->gone || f->when != TSM_COPY_ONCE)
+			continue;
+		source_blocks = tsm_source_nblocks(f);
+		if (source_blocks > Max(f->nblocks, f->copy_cursor))
+			tsm_file_set_extent(fs, f, source_blocks, f->copy_cursor);
+	}
+	/*
+	 * readers of old files must see the copy, and (flush_under_locks) no
+	 * process may have a page of them to write: every page copied is
+	 * written
+	 */
+	fs->flush_source = job->switch_lockmode != AccessExclusiveLock || job->flush_under_locks;
 	for (int i = 0; i < fs->nfiles; i++)
 		if (file_has_work(fs->order[i], true))
 			tsm_copy_file(fs, fs->order[i], PG_INT64_MAX, true, false);
@@ -453,7 +473,7 @@ catch_up_and_switch(TsmJob *job)
 			 */
 			tsm_job_start_transaction();
 			tsm_fileset_sync(&job->files);
-			if (job->switch_lockmode != AccessExclusiveLock)
+			if (job->switch_lockmode != AccessExclusiveLock || job->flushes_before_switch)
 				tsm_fileset_flush_buffers(&job->files);
 			CommitTransactionCommand();
 			if (try_switch(job))
