@@ -235,6 +235,9 @@ log_at_log_level(void)
 
 	if (!IsTransactionState())
 		return -1;				/* cleanup after an error: as configured */
+	/* LOG is output at every level but fatal and panic: leave the others */
+	if (message_level_is_interesting(LOG))
+		return -1;
 	nest = NewGUCNestLevel();
 	(void) set_config_option("log_min_messages", "log", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);

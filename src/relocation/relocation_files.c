@@ -93,6 +93,7 @@
 
 #include "relocation/relocation_dbcatalog.h"
 #include "jobs/local_jobs.h"
+#include "relocation/relocation_holders.h"
 #include "relocation/relocation_internal.h"
 #include "relocation/relocation_marks.h"
 #include "jobs/submit.h"
@@ -689,7 +690,8 @@ tsm_relocation_prepare(TsmJob *job)
 	 * the dirty buffers under its locks (relocation_holders.c): write them
 	 * before each attempt too, so that few are left for then.
 	 */
-	job->flushes_before_switch = !st->on_standby && job->switch_lockmode == AccessExclusiveLock;
+	job->flushes_before_switch = !st->on_standby && job->switch_lockmode == AccessExclusiveLock &&
+		tsm_old_file_holders_known();
 	/* marks first: only they let the recovery pass remove either location */
 	st->marks_written = true;
 	tsm_relocmark_write(st->new_location, job->row.job_id);

@@ -50,7 +50,9 @@
 #include "common/file_utils.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 
 #include "compat.h"
 #include "relocation/relocation_holders.h"
@@ -159,7 +161,10 @@ tsm_process_holds_files_under(int pid, const char *dir)
 		}
 		if (len >= sizeof(target) - 1)
 		{
-			found = -1;			/* cut short: it cannot be told */
+			/* cut short: only a path that begins with dir cannot be told */
+			if (strncmp(target, dir, dirlen) != 0)
+				continue;
+			found = -1;
 			break;
 		}
 		target[len] = '\0';
@@ -225,6 +230,26 @@ tsm_old_file_holders_recheck(const char *dir, int *pids, int n)
 			pids[kept++] = pids[i];
 	}
 	return kept;
+}
+
+/*
+ * tsm_holder_transaction
+ *		The local transaction id that process pid runs now, or
+ *		InvalidLocalTransactionId if it is no backend in the proc array (an
+ *		auxiliary process) or is gone.
+ */
+LocalTransactionId
+tsm_holder_transaction(int pid)
+{
+	PGPROC	   *proc;
+	LocalTransactionId lxid = InvalidLocalTransactionId;
+
+	LWLockAcquire(ProcArrayLock, LW_SHARED);
+	proc = BackendPidGetProcWithLock(pid);
+	if (proc != NULL)
+		lxid = TSM_PROC_LXID(proc);
+	LWLockRelease(ProcArrayLock);
+	return lxid;
 }
 
 /*

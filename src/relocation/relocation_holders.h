@@ -10,6 +10,7 @@
 #define TSM_RELOCATION_HOLDERS_H
 
 extern bool tsm_old_file_holders_known(void);
+extern LocalTransactionId tsm_holder_transaction(int pid);
 extern int	tsm_old_file_holders(const char *dir, int *pids, int max);
 extern int	tsm_old_file_holders_recheck(const char *dir, int *pids, int n);
 extern int	tsm_process_holds_files_under(int pid, const char *dir);

@@ -104,7 +104,10 @@ typedef struct TsmRelocation
 	bool		may_terminate;	/* the submitter is still a superuser */
 	int			holders_left[8];	/* those that kept the last attempt from
 									 * switching (TSM_MAX_HOLDERS_KEPT) */
+	LocalTransactionId holders_left_lxid[8];	/* the transaction each ran */
 	int			nholders_left;
+	bool		proc_untold;	/* /proc failed to tell once: the whole
+								 * barrier from then on */
 	char	   *holders_dir;	/* old_dir, canonical: the switch waits only
 								 * for the processes that hold a file under
 								 * it (relocation_holders.c); NULL: for the

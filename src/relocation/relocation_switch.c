@@ -244,7 +244,7 @@ waits_for_holders_only(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	char	   *real = NULL;	/* malloc'd: a buffer would need PATH_MAX */
 
-	if (st->on_standby || job->switch_lockmode != AccessExclusiveLock ||
+	if (st->on_standby || job->switch_lockmode != AccessExclusiveLock || st->proc_untold ||
 		!tsm_old_file_holders_known() || (real = realpath(st->old_dir, NULL)) == NULL)
 	{
 		st->holders_dir = NULL;
@@ -258,11 +258,39 @@ waits_for_holders_only(TsmJob *job)
 }
 
 /*
+ * Of the holders the last attempt remembered, keep those still in the
+ * transaction they were in then: a backend that has begun another has
+ * answered barriers since (it reopens a file of the tablespace only
+ * under a lock of it, which its transaction then keeps, and the switch's
+ * lock waits for that anyway), and an auxiliary process (no transaction:
+ * the bgwriter, the checkpointer, which reopen files to write buffers and
+ * answer between them) is judged under the locks only.  Returns how many.
+ */
+static int
+holders_still_stuck(TsmRelocation *st)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < st->nholders_left; i++)
+	{
+		LocalTransactionId now = tsm_holder_transaction(st->holders_left[i]);
+
+		if (now == InvalidLocalTransactionId || now != st->holders_left_lxid[i])
+			continue;
+		st->holders_left[kept] = st->holders_left[i];
+		st->holders_left_lxid[kept++] = now;
+	}
+	st->nholders_left = kept;
+	return kept;
+}
+
+/*
  * Before any lock: the barrier's probe (relocation_barrier.c).  False, with
  * the switch's transaction committed and a note, if a process lags.  When
  * the switch waits only for the processes that hold files of the old
- * location, only the one that kept the last attempt from switching is
- * waited for here (the others are, under the locks: switch_commit).
+ * location, only those that kept the last attempt from switching, and are
+ * still in the same transaction, are waited for here (holders_still_stuck;
+ * the others are, under the locks: switch_commit).
  */
 static bool
 probe_barrier(TsmJob *job)
@@ -274,10 +302,29 @@ probe_barrier(TsmJob *job)
 	st->may_terminate = superuser_arg(job->row.submitted_by);
 	if (waits_for_holders_only(job))
 	{
-		int			none_held = st->nholders_left == 0 ? 1 :
-			tsm_barrier_wait_for_holders(st->holders_dir, st->holders_left, &st->nholders_left,
-										 TSM_MAX_HOLDERS_KEPT, TSM_BARRIER_PROBE_MS);
+		int			pids[TSM_MAX_HOLDERS_KEPT];
+		LocalTransactionId lxids[TSM_MAX_HOLDERS_KEPT];
+		int			n = holders_still_stuck(st);
+		int			none_held = 1;
 
+		if (n > 0)
+		{
+			memcpy(pids, st->holders_left, sizeof(int) * n);
+			memcpy(lxids, st->holders_left_lxid, sizeof(LocalTransactionId) * n);
+			none_held = tsm_barrier_wait_for_holders(st->holders_dir, st->holders_left,
+													 &st->nholders_left, TSM_MAX_HOLDERS_KEPT,
+													 TSM_BARRIER_PROBE_MS);
+		}
+		/* those that held on: still in the same transaction? */
+		if (none_held == 0)
+		{
+			for (int i = 0; i < st->nholders_left; i++)
+				for (int j = 0; j < n; j++)
+					if (pids[j] == st->holders_left[i])
+						st->holders_left_lxid[i] = lxids[j];
+			if (holders_still_stuck(st) == 0)
+				none_held = 1;
+		}
 		if (none_held == 0)
 		{
 			CommitTransactionCommand();
@@ -748,14 +795,24 @@ holders_let_go(TsmJob *job)
 	st->nholders_left = 0;
 	none_held = tsm_barrier_wait_for_holders(st->holders_dir, st->holders_left, &st->nholders_left,
 											 TSM_MAX_HOLDERS_KEPT, TSM_HOLDERS_WAIT_MS);
-	if (none_held < 0)
-	{
-		st->holders_dir = NULL; /* /proc stopped telling: the whole barrier */
-		return true;
-	}
 	if (none_held > 0)
 		return true;
 	tsm_relocation_switch_release(job);
+	if (none_held < 0)
+	{
+		/*
+		 * /proc stopped telling: the next attempts probe the whole barrier
+		 * before their locks, as where it never told (not here, under the
+		 * locks, with no probe made)
+		 */
+		st->proc_untold = true;
+		st->nholders_left = 0;
+		tsm_ctl_note(&job->ctl, "/proc did not show a process's open files; from now on every "
+					 "process must answer the switch's barrier; retrying");
+		return false;
+	}
+	for (int i = 0; i < st->nholders_left; i++)
+		st->holders_left_lxid[i] = tsm_holder_transaction(st->holders_left[i]);
 	note_barrier_laggard(job, st->holders_left[0], TSM_HOLDERS_WAIT_MS);
 	return false;
 }
@@ -776,8 +833,6 @@ tsm_relocation_switch_commit(TsmJob *job)
 	ListCell   *lc;
 	char	   *link;
 
-	if (st->holders_dir != NULL && !holders_let_go(job))
-		return false;
 	foreach(lc, st->dbs)
 	{
 		RelocDb    *db = (RelocDb *) lfirst(lc);
@@ -791,6 +846,9 @@ tsm_relocation_switch_commit(TsmJob *job)
 	fsync_fname(st->new_location, true);
 	create_inactive_segments(job);
 	tsm_ctl_debug_pause(&job->ctl, "switching");
+	/* as late as it can be: the holders' wait (a look after it may find one) */
+	if (st->holders_dir != NULL && !holders_let_go(job))
+		return false;
 
 	/*
 	 * TablespaceCreateLock keeps DROP TABLESPACE (which takes it) from
