@@ -168,6 +168,17 @@ struct TsmFileSet
 	 */
 	bool		flush_source;
 	/*
+	 * Set by the worker under a switch's locks: a sink that WAL-logs a page
+	 * may register its fsync with the checkpointer as it writes it, and skip
+	 * its own fsync there if no checkpoint began since sync_redo (the
+	 * redo pointer before the first such page): a checkpoint that began
+	 * later has its redo pointer after the page's record and finds the
+	 * request queued (core's bulk_write.c, PG 17, reasons so).  The lock
+	 * then covers no fsync of what changed while it was awaited.
+	 */
+	bool		register_syncs;
+	XLogRecPtr	sync_redo;
+	/*
 	 * From then on, the blocks whose tuples a record moved within their
 	 * page (a pruning: TsmMovedBlock), for the reconciliation of that
 	 * window; NULL when not tracked (reconcile.c).

@@ -30,7 +30,10 @@
  *	  full-page image of the new relfilenode (standbys and crash recovery
  *	  rebuild the file from it; it also sets the page LSN) unless the fork
  *	  is an unlogged relation's, and sets the checksum after that
- *	  (RelationCopyStorage's rules).
+ *	  (RelationCopyStorage's rules).  Under the switch's locks a logged
+ *	  page's fsync is registered with the checkpointer instead, and the
+ *	  fork is synced there only if a checkpoint began meanwhile
+ *	  (engine.h, register_syncs).
  *	- The new storage is created without a pending delete: it must outlive
  *	  the transaction that created it.  It is dropped by RelationDropStorage
  *	  in a transaction with an XID, so the commit record unlinks it on
@@ -51,6 +54,7 @@
 
 #include "access/relation.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "access/xlogutils.h"
 #include "catalog/pg_am.h"
@@ -111,7 +115,7 @@ relmove_write(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page,
 	if (f->key.fork == MAIN_FORKNUM && blkno < m->resumed_length)
 		extend = false;
 	tsm_smgr_put_block(tsm_smgropen(m->new_node), f->key.fork, blkno, page,
-					   extend, true);
+					   extend, !(fs->register_syncs && fork_needs_wal(m, f->key.fork)));
 }
 
 static void
@@ -124,6 +128,10 @@ relmove_writeback(TsmFileSet *fs, TsmFile *f, BlockNumber first, BlockNumber nbl
 static void
 relmove_sync(TsmFileSet *fs, TsmFile *f)
 {
+	/* under the switch's locks: each page written was logged and registered */
+	if (fs->register_syncs && fork_needs_wal(member_of(fs, f), f->key.fork) &&
+		GetRedoRecPtr() == fs->sync_redo)
+		return;
 	smgrimmedsync(tsm_smgropen(member_of(fs, f)->new_node), f->key.fork);
 }
 

@@ -26,7 +26,9 @@
  *	   (switch_blockers.c).
  *	2. tsm_relation_switch_check: the FSM and VM forks join the files, to
  *	   be copied whole (neither can be mirrored: the FSM is not WAL-logged,
- *	   VM bit clears carry no block reference of the VM).
+ *	   VM bit clears carry no block reference of the VM); step 1 read them
+ *	   into shared buffers just before the locks, so that the copy finds
+ *	   them there.
  *	3. The worker flushes the WAL, reads it to the end, re-copies the last
  *	   dirty blocks and any blocks the relation grew by, copies the FSM and
  *	   VM, and fsyncs every fork of the new storage.
@@ -119,6 +121,39 @@ collect_cached_blocks(TsmJob *job)
 	}
 }
 
+/*
+ * Read every member's FSM and VM into shared buffers before the locks:
+ * switch_check has them copied whole under the locks, where each block
+ * read from a device other readers keep busy would cost everyone waiting
+ * milliseconds.  Read a moment before, they are still cached then (they
+ * are small: about 35 FSM blocks and 4 VM blocks for a table of 1 GB).
+ * In the attempt's transaction: a buffer pin needs a resource owner.
+ */
+static void
+cache_locked_forks(TsmRelMove *move)
+{
+	static const ForkNumber locked_forks[] = {FSM_FORKNUM, VISIBILITYMAP_FORKNUM};
+
+	for (int i = 0; i < move->nmembers; i++)
+	{
+		TsmRelMember *m = &move->members[i];
+		SMgrRelation src = tsm_smgropen(m->old_node);
+
+		for (int k = 0; k < lengthof(locked_forks); k++)
+		{
+			BlockNumber nblocks;
+
+			if (!smgrexists(src, locked_forks[k]))
+				continue;
+			nblocks = smgrnblocks(src, locked_forks[k]);
+			for (BlockNumber blkno = 0; blkno < nblocks; blkno++)
+				ReleaseBuffer(tsm_read_buffer(m->old_node, locked_forks[k], blkno,
+											  RBM_ZERO_ON_ERROR, NULL,
+											  m->relpersistence == RELPERSISTENCE_PERMANENT));
+		}
+	}
+}
+
 /* The lock tags of the members, for switch_blockers.c. */
 static LOCKTAG *
 member_lock_tags(TsmRelMove *move)
@@ -161,6 +196,7 @@ tsm_relation_switch_lock(TsmJob *job)
 
 	collect_cached_blocks(job);
 	tsm_job_start_transaction();
+	cache_locked_forks(move);
 	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
 	else if (tsm_last_blockers_remain(&job->block, tags, move->nmembers))

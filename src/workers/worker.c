@@ -309,6 +309,44 @@ reconcile_window(TsmJob *job)
 						(long long) job->row.job_id, (long long) reconciled)));
 }
 
+/* Where a switch's time under its locks went, for the server log. */
+typedef struct SwitchTiming
+{
+	TimestampTz drained;		/* the WAL read to its end */
+	TimestampTz dirty_copied;	/* the last changed blocks copied */
+	TimestampTz whole_copied;	/* the files copied under the locks */
+	TimestampTz synced;			/* the new files fsynced */
+	int64		recopied;		/* blocks_recopied when the locks came */
+	int64		whole;			/* blocks_under_lock when the locks came */
+} SwitchTiming;
+
+static double
+ms_between(TimestampTz from, TimestampTz to)
+{
+	return (double) (to - from) / 1000.0;
+}
+
+/*
+ * One LOG line per committed switch: what its locks were held for, so that
+ * a DBA (and the evaluation) can tell a slow device from a big backlog.
+ */
+static void
+log_switch_timing(TsmJob *job, const SwitchTiming *t)
+{
+	ereport(LOG,
+			(errmsg("pg_tsmove: job %lld switched: WAL read in %.1f ms, %lld changed blocks "
+					"copied in %.1f ms, %lld blocks of whole files in %.1f ms, fsync %.1f ms, "
+					"then %.1f ms to the commit",
+					(long long) job->row.job_id,
+					ms_between(job->lock_granted, t->drained),
+					(long long) (job->ctl.progress.blocks_recopied - t->recopied),
+					ms_between(t->drained, t->dirty_copied),
+					(long long) (job->ctl.progress.blocks_under_lock - t->whole),
+					ms_between(t->dirty_copied, t->whole_copied),
+					ms_between(t->whole_copied, t->synced),
+					ms_between(t->synced, GetCurrentTimestamp()))));
+}
+
 /*
  * One switch attempt.  Returns true if the switch committed, false if the
  * front end could not take its locks in time or found it must wait.
@@ -318,11 +356,13 @@ try_switch(TsmJob *job)
 {
 	TsmFileSet *fs = &job->files;
 	TimestampTz requested = GetCurrentTimestamp();
+	SwitchTiming timing;
 	char		who[160];
 
 	job->ctl.progress.switch_attempts++;
 	job->ctl.progress.note[0] = '\0';
 	job->flush_under_locks = false;
+	fs->register_syncs = false;
 	if (!job->front->switch_lock(job))
 	{
 		job->ctl.progress.lock_wait_ms +=
@@ -347,15 +387,22 @@ try_switch(TsmJob *job)
 	}
 	job->lock_granted = GetCurrentTimestamp();
 	job->ctl.progress.lock_wait_ms += (double) (job->lock_granted - requested) / 1000.0;
+	/* every page written before the request was synced (catch_up_and_switch) */
+	fs->sync_redo = GetRedoRecPtr();
+	fs->register_syncs = true;
 
 	/* Nothing changes the files now; make sure the reader sees everything. */
 	tsm_flush_all_wal();
 	tsm_mirror_drain(&job->mirror, fs);
+	timing.drained = GetCurrentTimestamp();
+	timing.recopied = job->ctl.progress.blocks_recopied;
+	timing.whole = job->ctl.progress.blocks_under_lock;
 	/* what readers prune from here on is logged for a cleanup lock's replay */
 	if (job->switch_lockmode != AccessExclusiveLock)
 		tsm_fileset_track_moved(fs);
 	if (!job->front->switch_check(job))
 	{
+		fs->register_syncs = false;
 		job->front->switch_release(job);
 		return false;
 	}
@@ -385,15 +432,20 @@ try_switch(TsmJob *job)
 	for (int i = 0; i < fs->nfiles; i++)
 		if (file_has_work(fs->order[i], true))
 			tsm_copy_file(fs, fs->order[i], PG_INT64_MAX, true, false);
+	timing.dirty_copied = GetCurrentTimestamp();
 	for (int i = 0; i < fs->nfiles; i++)
 		if (fs->order[i]->when == TSM_COPY_LOCKED)
 			tsm_copy_file_whole(fs, fs->order[i]);
+	timing.whole_copied = GetCurrentTimestamp();
 	fs->flush_source = false;
 	tsm_fileset_sync(fs);
+	fs->register_syncs = false;
 	if (job->flush_under_locks)
 		tsm_fileset_flush_buffers(fs);
+	timing.synced = GetCurrentTimestamp();
 	if (!job->front->switch_commit(job))
 		return false;
+	log_switch_timing(job, &timing);
 	if (job->front->switch_end)
 	{
 		/*
@@ -465,12 +517,16 @@ catch_up_and_switch(TsmJob *job)
 
 		if (backlog <= tsm_switch_backlog_blocks)
 		{
-			/* The switch copies the backlog at full speed: pay for it first. */
-			tsm_ctl_throttle(ctl, backlog * 2 * BLCKSZ);
 			/*
-			 * and what was copied since the last sync is synced unlocked;
-			 * so are the buffers the switch writes to the old files
+			 * The backlog is copied unlocked, so that the locks cover only
+			 * what changes from here to their grant: copied under them, its
+			 * blocks could be read from a device other readers keep busy
+			 * (milliseconds each).  What was copied since the last sync is
+			 * synced unlocked; so are the buffers the switch writes to the
+			 * old files.
 			 */
+			if (backlog > 0)
+				(void) copy_round(job, backlog, true);
 			tsm_job_start_transaction();
 			tsm_fileset_sync(&job->files);
 			if (job->switch_lockmode != AccessExclusiveLock || job->flushes_before_switch)

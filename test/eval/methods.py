@@ -126,8 +126,13 @@ def _wait_jobs(run, first_job, tr):
         tr.error = "jobs %s ended as %s after %.0f s" % (
             jobs, states, tr.end - tr.start)
         if any(s not in ("done", "failed", "cancelled") for s in states.values()):
+            # what tsmove.jobs told the DBA at that moment: who blocks, what to do
+            said = [r for r in _job_rows(run.cluster, jobs)
+                    if r["state"] not in ("done", "failed", "cancelled")]
             tr.error = ("not finished within the transition timeout (%d s); "
                         "cancelled" % run.transition_timeout)
+            if said and said[0]["error"]:
+                tr.error += "; tsmove.jobs said then: %s" % said[0]["error"]
             run.cluster.sql_scalar("SELECT tsmove.cancel(%s)", (first_job,))
             for job in jobs:
                 wait_job_without_snapshot(run.cluster, job, 120)
@@ -466,6 +471,10 @@ METHODS = [
            "the container move the essay set out to build (section 4, "
            "dual-write)", run_relocate, relocate_available, moves_tablespace=True,
            server_conf=("pg_tsmove.relocation_switch_admits_readers = on",)),
+    Method("relocate_default", "tsmove.relocate_tablespace(tsb), default settings",
+           "the container move with the safe switch: AccessExclusiveLock, which "
+           "overlapping readers can starve", run_relocate, relocate_available,
+           moves_tablespace=True),
     Method("tsmove_online", "tsmove.move(b), online",
            "per-relation dual-write move", tsmove_move("online")),
     Method("tsmove_online_wait", "tsmove.move(b), online, switch_lock_timeout 30s",

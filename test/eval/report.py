@@ -258,6 +258,8 @@ def markdown(res):
                             j["switch_attempts"],
                             "%.1f" % j["lock_wait_ms"] if j["lock_wait_ms"] is not None else "-",
                             "%.1f" % j["switch_ms"] if j["switch_ms"] is not None else "-"))
+        for t in r.get("switch_timings", []):
+            notes.append("%d. %s: %s" % (i, r["label"], t))
     if notes:
         lines.append("")
         lines += ["- " + n for n in notes]

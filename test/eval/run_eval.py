@@ -347,6 +347,9 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
                                 "FAILED: %s" % res["checks"]["problems"]))
     res["server_log_problems"] = [l for l in cluster.log_contents().splitlines()
                                   if re.search(r"\b(PANIC|FATAL|ERROR|WARNING):", l)][:50]
+    # where each committed switch's time under its locks went (worker.c)
+    res["switch_timings"] = [m.group(1) for m in re.finditer(
+        r"pg_tsmove: (job \d+ switched: .*)", cluster.log_contents())][:20]
     cluster.stop("fast")
     shutil.copy(cluster.log_file, os.path.join(logdir, "server.log"))
     report.method_metrics(res, {"warmup_s": args.warmup_s, "settle_s": args.settle_s})
