@@ -172,6 +172,17 @@ _PG_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("pg_tsmove.switch_timed_wait",
+							"Longest wait of a switch attempt timed to the predicted end of the transactions that block it.",
+							"While readers block a switch, the worker learns how long each blocking session's "
+							"transactions last and requests the locks just before they are due to end, waiting "
+							"up to this long (later queries wait as long); when they never end together, an "
+							"attempt every 5 s waits this long, which lines them up. 0 turns this off.",
+							&tsm_switch_timed_wait_ms,
+							1000, 0, 10000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomBoolVariable("pg_tsmove.relocation_switch_admits_readers",
 							 "Experimental: a relocation's switch lets readers on (ExclusiveLock).",
 							 "Off: the switch takes AccessExclusiveLock on every relation of the tablespace, "

@@ -6,6 +6,7 @@ the TPC-B balance invariant, amcheck, the files only in the target, no
 orphan file, and (with a standby) the same rows on the standby.
 """
 
+import re
 import threading
 import time
 
@@ -225,6 +226,103 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     assert worst_ms < 250, worst_ms
     assert primary.sql_scalar("SELECT sum(n) FROM hot") == 200
     assert_moved_cleanly(primary, "hot", "ts_b")
+
+
+def overlapping_readers(cluster, rel, length_s, offset_s, stop):
+    """Two sessions reading rel in transactions of length_s, back to back,
+    the second offset_s after the first: one of them always holds the
+    table's lock."""
+    def read(delay):
+        with cluster.conn() as conn:
+            time.sleep(delay)
+            while not stop.is_set():
+                conn.execute("SELECT count(*) FROM %s, pg_sleep(%s)" % (rel, length_s))
+    readers = [threading.Thread(target=read, args=(d,), daemon=True) for d in (0, offset_s)]
+    for r in readers:
+        r.start()
+    return readers
+
+
+def timed_writer(cluster, rel, nrows, stop, out):
+    """Single-row updates, one every 10 ms, until stop; out gets the
+    number done and the longest wait."""
+    import random
+    out.update(done=0, worst_s=0.0)
+    with cluster.conn() as conn:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            conn.execute("UPDATE %s SET n = n + 1 WHERE id = %%s" % rel,
+                         (random.randint(1, nrows),))
+            out["worst_s"] = max(out["worst_s"], time.monotonic() - t0)
+            out["done"] += 1
+            time.sleep(0.01)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("length_s, offset_s", [(1.2, 0.6), (3.0, 1.6)])
+def test_switch_times_its_attempt_to_overlapping_readers(primary, length_s, offset_s):
+    """Two sessions read the table in back-to-back transactions that
+    always overlap: no attempt of switch_lock_timeout (20 ms) ever gets the
+    lock, and before pg_tsmove.switch_timed_wait the move never switched.
+    With the defaults the worker learns how long their transactions last
+    and requests the lock just before both are due to end (1.2 s, half a
+    period apart) or, when their ends are further apart than the wait
+    (3 s, 1.6 s apart), lines them up first with waits of 1 s at most
+    every 5 s.  The move finishes, no writer waits much longer than 1 s,
+    and no update is lost."""
+    nrows = 50000
+    primary.sql("CREATE TABLE over (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO over SELECT g, 0 FROM generate_series(1, %d) g" % nrows)
+    stop = threading.Event()
+    readers = overlapping_readers(primary, "over", length_s, offset_s, stop)
+    wrote = {}
+    writer = threading.Thread(target=timed_writer, args=(primary, "over", nrows, stop, wrote),
+                              daemon=True)
+    writer.start()
+    try:
+        time.sleep(offset_s + 0.5)
+        job = start_move(primary, "over", "ts_b", max_rate_mb=0)
+        assert wait_job(primary, job, 90) == "done", job_row(primary, job)
+    finally:
+        stop.set()
+        writer.join(30)
+        for r in readers:
+            r.join(30)
+    row = job_row(primary, job)
+    # a timed attempt waits at most switch_timed_wait (1 s); slack for CI
+    assert wrote["worst_s"] < 1.6, (wrote, row)
+    assert wrote["done"] > 100, wrote
+    assert primary.sql_scalar("SELECT sum(n) FROM over") == wrote["done"]
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM over")
+    assert re.search(r"pg_tsmove: job %d switched: " % job, primary.log_contents())
+    assert_moved_cleanly(primary, "over", "ts_b")
+
+
+@pytest.mark.pg_conf("pg_tsmove.switch_timed_wait = 0")
+def test_without_timed_attempts_overlapping_readers_starve_the_switch(primary):
+    """The control of the test above: with pg_tsmove.switch_timed_wait = 0
+    (the behaviour before it existed) the same readers leave the switch no
+    moment, and the view names them."""
+    primary.sql("CREATE TABLE over (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO over SELECT g, 0 FROM generate_series(1, 50000) g")
+    stop = threading.Event()
+    readers = overlapping_readers(primary, "over", 1.2, 0.6, stop)
+    try:
+        time.sleep(1.1)
+        job = start_move(primary, "over", "ts_b", max_rate_mb=0)
+        wait_for(lambda: job_row(primary, job)["switch_attempts"] >= 5, 30,
+                 what="five switch attempts")
+        time.sleep(8)
+        row = job_row(primary, job)
+        assert row["state"] == "catching_up", row
+        assert "blocked the last switch attempt" in (row["error"] or "") or \
+            "could not get its locks" in (row["error"] or ""), row
+        primary.sql_scalar("SELECT tsmove.cancel(%s)", (job,))
+        assert wait_job(primary, job, 30) == "cancelled"
+    finally:
+        stop.set()
+        for r in readers:
+            r.join(30)
 
 
 def test_switch_cancels_blocking_queries_only_when_asked(primary):

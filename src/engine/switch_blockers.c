@@ -24,6 +24,25 @@
  *	  session idle in a transaction ignores a cancel, as it ignores
  *	  pg_cancel_backend(); idle_in_transaction_session_timeout ends those.
  *
+ * Timed attempts (pg_tsmove.switch_timed_wait, 1 s by default): readers
+ * whose transactions always overlap (the essay's long joins) leave no moment
+ * at which an attempt of switch_lock_timeout gets its locks.  While blocked,
+ * the worker looks at the blocking sessions every TSM_WATCH_INTERVAL_MS
+ * (tsm_switch_block_watch) and learns how long each one's transactions hold
+ * the locks (seen whole: from a look where it held none to one where it
+ * held none again, or held them in another transaction).  When every
+ * current blocker's transaction is due to end within switch_timed_wait
+ * (each lasting as long as that session's last one, plus a margin), the
+ * attempt is made then and waits that long; sessions whose transaction ends
+ * meanwhile queue their next one behind the request.  Transactions shorter
+ * than TSM_SHORT_TRANSACTION_MS (writers) end while any attempt waits, and
+ * are left out.  When they are never
+ * due together, an attempt made just before the first is due waits
+ * switch_timed_wait (at most one every TSM_LINE_UP_INTERVAL_MS): those that
+ * end meanwhile start again together when it gives up, so the next gap is
+ * shorter, until they line up.  A blocker whose transactions are unknown
+ * (idle in transaction, not yet seen whole) gets no timed attempt.
+ *
  * The caller sends the cancels just before it requests the locks, then
  * waits up to TSM_CANCEL_GRACE_MS: later queries queue behind its request
  * meanwhile, so only a query that starts in the moment between the two can
@@ -47,6 +66,7 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
+#include "utils/memutils.h"
 
 #include "jobs/jobs.h"
 #include "engine/switch_blockers.h"
@@ -67,7 +87,8 @@ typedef struct TsmBlocker
  * a holder that has moved on to another transaction are left out.
  */
 static List *
-find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
+find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags,
+			  bool *left_out)
 {
 	List	   *blockers = NIL;
 
@@ -84,7 +105,11 @@ find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 			bool		listed = false;
 
 			if (proc == NULL)
+			{
+				if (left_out)
+					*left_out = true;	/* a prepared transaction */
 				continue;
+			}
 			LWLockAcquire(ProcArrayLock, LW_SHARED);
 			if (TSM_PROC_LXID(proc) == holders->localTransactionId)
 			{
@@ -95,8 +120,10 @@ find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 				b.background_worker = !tsm_proc_is_client_session(proc);
 			}
 			LWLockRelease(ProcArrayLock);
+			if (b.pid == 0 && VirtualTransactionIdIsValid(b.vxid) && left_out)
+				*left_out = true;	/* a prepared transaction's */
 			if (b.pid == 0 || b.pid == MyProcPid)
-				continue;
+				continue;		/* that, or one that has moved on */
 			foreach(lc, blockers)
 				listed |= ((TsmBlocker *) lfirst(lc))->pid == b.pid;
 			if (!listed)
@@ -149,11 +176,27 @@ blocked_last_attempt(const TsmSwitchBlock *block, VirtualTransactionId vxid)
 void
 tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
-	List	   *blockers = find_blockers(block, tags, ntags);
+	List	   *blockers = find_blockers(block, tags, ntags, NULL);
 	ListCell   *lc;
 
 	if (block->blocked_since == 0)
 		block->blocked_since = GetCurrentTimestamp();
+	if (block->ntags != ntags)
+	{
+		if (block->tags)
+			pfree(block->tags);
+		block->tags = MemoryContextAlloc(TopMemoryContext, sizeof(LOCKTAG) * Max(ntags, 1));
+		block->ntags = ntags;
+	}
+	memcpy(block->tags, tags, sizeof(LOCKTAG) * ntags);
+	if (block->timed_wait_ms > 0 && !block->lining_up)
+	{
+		/* they did not end when due: try again later, twice as late each time */
+		block->mispredicted = Min(block->mispredicted + 1, 4);
+		block->timed_not_before =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										TSM_LINE_UP_INTERVAL_MS << (block->mispredicted - 1));
+	}
 	block->nblockers = 0;
 	foreach(lc, blockers)
 	{
@@ -175,6 +218,203 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 		}
 	}
 	list_free_deep(blockers);
+}
+
+/* The watched session of a process, added if there is room; NULL if not. */
+static TsmWatchedSession *
+watched_session(TsmSwitchBlock *block, int pid)
+{
+	for (int i = 0; i < block->nwatched; i++)
+		if (block->watched[i].pid == pid)
+			return &block->watched[i];
+	for (int i = 0; i < block->nwatched; i++)
+		if (!LocalTransactionIdIsValid(block->watched[i].lxid))
+		{
+			/* a session that holds nothing now makes room */
+			memset(&block->watched[i], 0, sizeof(TsmWatchedSession));
+			block->watched[i].pid = pid;
+			block->watched[i].last_length_ms = -1;
+			return &block->watched[i];
+		}
+	if (block->nwatched == TSM_MAX_WATCHED_SESSIONS)
+		return NULL;
+	memset(&block->watched[block->nwatched], 0, sizeof(TsmWatchedSession));
+	block->watched[block->nwatched].pid = pid;
+	block->watched[block->nwatched].last_length_ms = -1;
+	return &block->watched[block->nwatched++];
+}
+
+/* A watched session's transaction is over: its length, if seen whole. */
+static void
+watched_transaction_ended(TsmWatchedSession *w, TimestampTz now, bool continuous)
+{
+	if (w->seen_from_start && continuous)
+		w->last_length_ms = (double) (now - w->since) / 1000.0;
+	w->lxid = InvalidLocalTransactionId;
+}
+
+/*
+ * One look at the client sessions that hold a lock the switch needs (the
+ * tags of the last failed attempt): which transaction each is in, since
+ * when, and how long the ones that ended lasted.  Runs with or without a
+ * transaction; every TSM_WATCH_INTERVAL_MS while the switch is blocked.
+ */
+void
+tsm_switch_block_watch(TsmSwitchBlock *block)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		continuous;
+	bool		after_attempt;
+	bool		unwatched = false;
+	bool		present[TSM_MAX_WATCHED_SESSIONS] = {0};
+	List	   *blockers;
+	ListCell   *lc;
+
+	if (block->ntags == 0)
+		return;
+	/*
+	 * A look long after the last may have missed a whole transaction, and
+	 * cannot time one that ended in between.  After an attempt that waited
+	 * long, the transactions that started meanwhile were queued behind its
+	 * request: they began as it gave up, just before this look.
+	 */
+	continuous = block->last_look != 0 &&
+		!TimestampDifferenceExceeds(block->last_look, now, TSM_WATCH_GAP_MS);
+	after_attempt = block->last_look != 0 && block->attempted_since_look;
+	block->attempted_since_look = false;
+	blockers = find_blockers(block, block->tags, block->ntags, &unwatched);
+	foreach(lc, blockers)
+	{
+		TsmBlocker *b = lfirst(lc);
+		TsmWatchedSession *w;
+
+		if (b->background_worker || (b->status_flags & PROC_IS_AUTOVACUUM))
+		{
+			unwatched = true;
+			continue;
+		}
+		w = watched_session(block, b->pid);
+		if (w == NULL)
+		{
+			unwatched = true;
+			continue;
+		}
+		present[w - block->watched] = true;
+		if (w->lxid == b->vxid.localTransactionId)
+			continue;
+		if (LocalTransactionIdIsValid(w->lxid))
+			watched_transaction_ended(w, now, continuous);
+		w->lxid = b->vxid.localTransactionId;
+		w->since = now;
+		w->seen_from_start = continuous || after_attempt;
+	}
+	list_free_deep(blockers);
+	for (int i = 0; i < block->nwatched; i++)
+		if (!present[i] && LocalTransactionIdIsValid(block->watched[i].lxid))
+			watched_transaction_ended(&block->watched[i], now, continuous);
+	block->unwatched_blockers = unwatched;
+	block->last_look = now;
+}
+
+/*
+ * Whether to make an attempt now, timed to the blockers' predicted ends
+ * (TSM_TIMED_NOW: block->timed_wait_ms says how long it waits for its
+ * locks), later (every blocker's transaction is timed: watch on), or not
+ * (TSM_TIMED_NEVER: one cannot be timed, or nobody blocks; attempts as
+ * usual).  recheck: the look just before an attempt decided earlier,
+ * which must still be due (the rate limits were applied then).  After
+ * tsm_switch_block_watch.
+ */
+TsmTimedAttempt
+tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	double		first_due_ms = -1;	/* from now */
+	double		last_due_ms = -1;
+	double		margin_ms = 0;
+	int			current = 0;
+	bool		learning = false;
+
+	block->timed_wait_ms = 0;
+	if (tsm_switch_timed_wait_ms <= 0 || block->unwatched_blockers)
+		return TSM_TIMED_NEVER; /* off, or a blocker it cannot follow */
+	if (!recheck && block->timed_not_before != 0 && now < block->timed_not_before)
+		return TSM_TIMED_NEVER; /* backing off after a mispredicted end */
+	for (int i = 0; i < block->nwatched; i++)
+	{
+		TsmWatchedSession *w = &block->watched[i];
+		double		elapsed_ms;
+		double		due_ms;
+		double		w_margin_ms;
+
+		if (!LocalTransactionIdIsValid(w->lxid))
+			continue;
+		elapsed_ms = (double) (now - w->since) / 1000.0;
+		if (w->last_length_ms >= 0 && w->last_length_ms < TSM_SHORT_TRANSACTION_MS &&
+			elapsed_ms < TSM_SHORT_TRANSACTION_MS)
+			continue;			/* a short one: ends while any attempt waits */
+		if (!w->seen_from_start)
+			return TSM_TIMED_NEVER; /* began unseen: not timed */
+		if (w->last_length_ms < TSM_SHORT_TRANSACTION_MS)
+		{
+			learning = true;	/* its length is learnt at its end */
+			continue;
+		}
+		/* lengths vary: a tenth of the longest, and one look either way */
+		w_margin_ms = w->last_length_ms / 10 + 2 * TSM_WATCH_INTERVAL_MS;
+		due_ms = w->last_length_ms - elapsed_ms;
+		if (due_ms < -w_margin_ms)
+			return TSM_TIMED_NEVER; /* overdue: this one is not as before */
+		first_due_ms = current == 0 ? due_ms : Min(first_due_ms, due_ms);
+		last_due_ms = current == 0 ? due_ms : Max(last_due_ms, due_ms);
+		margin_ms = Max(margin_ms, w_margin_ms);
+		current++;
+	}
+	if (learning)
+		return TSM_TIMED_NEVER;	/* attempts as usual meanwhile */
+	if (current == 0)
+		return TSM_TIMED_NEVER; /* nobody holds the locks now: as usual */
+	/*
+	 * Not before the first is about to end: later queries wait from the
+	 * request on, and one that ended before it would start another.
+	 */
+	if (first_due_ms > margin_ms)
+		return TSM_TIMED_LATER;
+	if (last_due_ms + margin_ms <= tsm_switch_timed_wait_ms)
+	{
+		/* all due within the wait (one already late: the margin again) */
+		block->timed_wait_ms = (int) Max(last_due_ms + margin_ms, margin_ms);
+		block->lining_up = false;
+		return TSM_TIMED_NOW;
+	}
+	if (recheck ? block->lining_up :
+		(block->last_lining_up == 0 ||
+		 TimestampDifferenceExceeds(block->last_lining_up, now, TSM_LINE_UP_INTERVAL_MS)))
+	{
+		block->timed_wait_ms = tsm_switch_timed_wait_ms;
+		block->lining_up = true;
+		return TSM_TIMED_NOW;
+	}
+	return TSM_TIMED_LATER;
+}
+
+/*
+ * Just before the locks of an attempt tsm_switch_block_timed() decided
+ * on: whether its blockers are still due (the attempt then waits
+ * block->timed_wait_ms from now).  What ran since (the backlog's copy and
+ * fsync, the front end's preparations) takes milliseconds to seconds, and
+ * a blocker that ended meanwhile started another transaction.
+ */
+bool
+tsm_switch_block_still_due(TsmSwitchBlock *block)
+{
+	tsm_switch_block_watch(block);
+	if (tsm_switch_block_timed(block, true) != TSM_TIMED_NOW)
+		return false;
+	if (block->lining_up)
+		block->last_lining_up = GetCurrentTimestamp();
+	block->attempted_since_look = true;	/* the request follows this look */
+	return true;
 }
 
 /*
@@ -224,7 +464,7 @@ tsm_last_blockers_remain(const TsmSwitchBlock *block, const LOCKTAG *tags, int n
 
 	if (block->nblockers == 0)
 		return false;
-	blockers = find_blockers(block, tags, ntags);
+	blockers = find_blockers(block, tags, ntags, NULL);
 	foreach(lc, blockers)
 		remain |= blocked_last_attempt(block, ((TsmBlocker *) lfirst(lc))->vxid);
 	list_free_deep(blockers);
@@ -258,7 +498,7 @@ tsm_cancel_blocking_queries(TsmSwitchBlock *block, const LOCKTAG *tags, int ntag
 
 	if (!cancelling_is_due(block))
 		return 0;
-	blockers = find_blockers(block, tags, ntags);
+	blockers = find_blockers(block, tags, ntags, NULL);
 	initStringInfo(&refused);
 	foreach(lc, blockers)
 	{

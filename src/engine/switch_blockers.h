@@ -20,6 +20,39 @@
 /* Blocking transactions remembered from one failed attempt to the next. */
 #define TSM_MAX_REMEMBERED_BLOCKERS 64
 
+/* Sessions whose transactions a blocked switch times (timed attempts). */
+#define TSM_MAX_WATCHED_SESSIONS 32
+/* How often a blocked switch looks at them. */
+#define TSM_WATCH_INTERVAL_MS 20
+/* At most one attempt this often waits to line them up. */
+#define TSM_LINE_UP_INTERVAL_MS 5000
+/*
+ * Two looks further apart may have missed a transaction's start or end
+ * (a switch attempt between two rounds of looks takes tens of ms).
+ */
+#define TSM_WATCH_GAP_MS 250
+/* A blocker's transactions shorter than this are not timed. */
+#define TSM_SHORT_TRANSACTION_MS 100
+
+typedef enum TsmTimedAttempt
+{
+	TSM_TIMED_NOW,				/* attempt now, waiting timed_wait_ms */
+	TSM_TIMED_LATER,			/* every blocker is timed: look again */
+	TSM_TIMED_NEVER				/* attempts as usual */
+} TsmTimedAttempt;
+
+typedef struct TsmWatchedSession
+{
+	int			pid;
+	LocalTransactionId lxid;	/* its transaction that holds a lock the
+								 * switch needs, or invalid */
+	TimestampTz since;			/* when that was first seen */
+	bool		seen_from_start;	/* one look before, it held none: since is
+									 * within a look of its start */
+	double		last_length_ms; /* of its last such transaction seen whole;
+								 * < 0 unknown */
+} TsmWatchedSession;
+
 /* What a switch tells switch_blockers.c about itself. */
 typedef struct TsmSwitchBlock
 {
@@ -33,6 +66,24 @@ typedef struct TsmSwitchBlock
 	int			nblockers;
 	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
 	int			blocker_pids[TSM_MAX_REMEMBERED_BLOCKERS];	/* their processes */
+	/* the locks the switch needs, as the last failed attempt named them */
+	LOCKTAG    *tags;
+	int			ntags;
+	/* timed attempts (tsm_switch_block_watch, tsm_switch_block_timed) */
+	TimestampTz last_look;
+	bool		attempted_since_look;	/* an attempt failed since */
+	int			nwatched;
+	TsmWatchedSession watched[TSM_MAX_WATCHED_SESSIONS];
+	bool		unwatched_blockers; /* the last look saw a holder it cannot
+									 * time (a prepared transaction, a
+									 * background process, no room) */
+	TimestampTz last_lining_up;	/* the last attempt that waited to line
+								 * blockers up */
+	bool		lining_up;		/* the attempt decided on does */
+	int			mispredicted;	/* timed attempts whose blockers were late */
+	TimestampTz timed_not_before;	/* none before, after a late one */
+	int			timed_wait_ms;	/* > 0: the next attempt is timed, and
+								 * waits this long for its locks */
 } TsmSwitchBlock;
 
 extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
@@ -45,6 +96,9 @@ extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,
 extern void tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf,
 									  size_t len);
 extern void tsm_note_blockers_remain(TsmJobCtl *ctl, const TsmSwitchBlock *block);
+extern void tsm_switch_block_watch(TsmSwitchBlock *block);
+extern TsmTimedAttempt tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck);
+extern bool tsm_switch_block_still_due(TsmSwitchBlock *block);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
 										const LOCKTAG *tags, int ntags);
 

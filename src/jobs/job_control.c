@@ -436,6 +436,7 @@ tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	char		timeout[32];
+	TimestampTz started = GetCurrentTimestamp();
 	volatile int next = 0;
 	volatile bool locked = true;
 
@@ -447,7 +448,22 @@ tsm_ctl_lock_all_or_none(void (*take_lock) (void *arg, int i), void *arg,
 	PG_TRY();
 	{
 		for (next = 0; next < nlocks; next++)
+		{
+			/*
+			 * A long wait (a timed attempt) is the attempt's, not each
+			 * lock's: a lock waited for shortens the next one's timeout.
+			 */
+			if (timeout_ms > 100 && next > 0)
+			{
+				long		left = timeout_ms -
+					(long) ((GetCurrentTimestamp() - started) / 1000);
+
+				snprintf(timeout, sizeof(timeout), "%ld", Max(left, 1));
+				(void) set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_SESSION,
+										 GUC_ACTION_LOCAL, true, 0, false);
+			}
 			take_lock(arg, next);
+		}
 		ReleaseCurrentSubTransaction();		/* the locks pass to the caller's */
 	}
 	PG_CATCH();

@@ -54,6 +54,7 @@ typedef enum TsmPacing
 extern double tsm_max_rate_mb;
 extern int	tsm_switch_lock_timeout_ms;
 extern int	tsm_switch_cancel_blockers_after_ms;
+extern int	tsm_switch_timed_wait_ms;
 extern int	tsm_switch_terminate_client_writers_after_ms;
 extern int	tsm_max_workers;
 extern int	tsm_switch_backlog_blocks;

@@ -23,6 +23,7 @@
 double		tsm_max_rate_mb = 0.0;
 int			tsm_switch_lock_timeout_ms = 20;
 int			tsm_switch_cancel_blockers_after_ms = -1;
+int			tsm_switch_timed_wait_ms = 1000;
 int			tsm_switch_terminate_client_writers_after_ms = -1;
 int			tsm_max_workers = 2;
 int			tsm_switch_backlog_blocks = 256;

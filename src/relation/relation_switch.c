@@ -127,8 +127,12 @@ collect_cached_blocks(TsmJob *job)
  * read from a device other readers keep busy would cost everyone waiting
  * milliseconds.  Read a moment before, they are still cached then (they
  * are small: about 35 FSM blocks and 4 VM blocks for a table of 1 GB).
- * In the attempt's transaction: a buffer pin needs a resource owner.
+ * Not a fork over 1 024 blocks (8 MB): read on each attempt, it would
+ * crowd out others' pages.  In the attempt's transaction, only for an
+ * attempt that requests the locks: a buffer pin needs a resource owner.
  */
+#define TSM_CACHED_FORK_MAX_BLOCKS 1024	/* 8 MB: the FSM of a 256 GB table */
+
 static void
 cache_locked_forks(TsmRelMove *move)
 {
@@ -146,6 +150,8 @@ cache_locked_forks(TsmRelMove *move)
 			if (!smgrexists(src, locked_forks[k]))
 				continue;
 			nblocks = smgrnblocks(src, locked_forks[k]);
+			if (nblocks > TSM_CACHED_FORK_MAX_BLOCKS)
+				continue;		/* a big table's: not worth a cache's room each attempt */
 			for (BlockNumber blkno = 0; blkno < nblocks; blkno++)
 				ReleaseBuffer(tsm_read_buffer(m->old_node, locked_forks[k], blkno,
 											  RBM_ZERO_ON_ERROR, NULL,
@@ -196,9 +202,20 @@ tsm_relation_switch_lock(TsmJob *job)
 
 	collect_cached_blocks(job);
 	tsm_job_start_transaction();
-	cache_locked_forks(move);
 	if (tsm_cancel_blocking_queries(&job->block, tags, move->nmembers) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	else if (job->block.timed_wait_ms > 0)
+	{
+		if (!tsm_switch_block_still_due(&job->block))
+		{
+			CommitTransactionCommand();
+			tsm_ctl_note(&job->ctl, "%s", "a switch attempt timed to the end of the transactions "
+						 "that block it was put off: they are no longer due to end together");
+			pfree(tags);
+			return false;
+		}
+		timeout_ms = Max(timeout_ms, job->block.timed_wait_ms);
+	}
 	else if (tsm_last_blockers_remain(&job->block, tags, move->nmembers))
 	{
 		/* it would fail as the last did, and log its lock for standbys */
@@ -207,6 +224,7 @@ tsm_relation_switch_lock(TsmJob *job)
 		pfree(tags);
 		return false;
 	}
+	cache_locked_forks(move);
 	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, timeout_ms,
 								 &failed_at))
 	{

@@ -392,6 +392,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 	TsmRelocation *st = (TsmRelocation *) job->state;
 	TsmFileSet *fs = &job->files;
 	int			timeout_ms = tsm_switch_lock_timeout_ms;
+	bool		timed = false;
 	int			failed_at;
 	int			n = 0;
 
@@ -424,6 +425,8 @@ tsm_relocation_switch_lock(TsmJob *job)
 
 	if (tsm_cancel_blocking_queries(&job->block, st->locked, st->nlocked) > 0)
 		timeout_ms = Max(timeout_ms, TSM_CANCEL_GRACE_MS);
+	else if (job->block.timed_wait_ms > 0)
+		timed = true;			/* looked at again just before the locks */
 	else if (tsm_last_blockers_remain(&job->block, st->locked, st->nlocked))
 	{
 		/* it would fail as the last did, and log its locks for standbys */
@@ -433,6 +436,17 @@ tsm_relocation_switch_lock(TsmJob *job)
 	}
 	if (!probe_barrier(job))
 		return false;
+	if (timed)
+	{
+		if (!tsm_switch_block_still_due(&job->block))
+		{
+			CommitTransactionCommand();
+			tsm_ctl_note(&job->ctl, "%s", "a switch attempt timed to the end of the transactions "
+						 "that block it was put off: they are no longer due to end together");
+			return false;
+		}
+		timeout_ms = Max(timeout_ms, job->block.timed_wait_ms);
+	}
 	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, job, st->nlocked + 1, timeout_ms,
 								 &failed_at))
 		return true;

@@ -93,6 +93,8 @@
 #define TSM_IDLE_ROUND_MS 100
 /* Failed switch attempts after which the view suggests a longer lock timeout. */
 #define TSM_SWITCH_ATTEMPTS_BEFORE_HINT 20
+/* Longest look at a blocked switch's blockers before an attempt as usual. */
+#define TSM_WATCH_ROUND_MS 10000
 /* How often a paused job reads the WAL and looks for tsmove.resume(). */
 #define TSM_PAUSED_POLL_MS 200
 
@@ -357,20 +359,31 @@ try_switch(TsmJob *job)
 	TsmFileSet *fs = &job->files;
 	TimestampTz requested = GetCurrentTimestamp();
 	SwitchTiming timing;
+	int			timed_wait_ms;
+	bool		locked;
 	char		who[160];
 
 	job->ctl.progress.switch_attempts++;
 	job->ctl.progress.note[0] = '\0';
 	job->flush_under_locks = false;
 	fs->register_syncs = false;
-	if (!job->front->switch_lock(job))
+	timed_wait_ms = job->block.timed_wait_ms;
+	locked = job->front->switch_lock(job);
+	job->block.timed_wait_ms = 0;	/* the next attempt is timed anew */
+	if (!locked)
 	{
 		job->ctl.progress.lock_wait_ms +=
 			(double) (GetCurrentTimestamp() - requested) / 1000.0;
 		if (job->ctl.progress.note[0] != '\0')
 			return false;		/* the front end said why */
 		tsm_switch_blockers_named(&job->block, who, sizeof(who));
-		if (job->ctl.progress.switch_attempts < TSM_SWITCH_ATTEMPTS_BEFORE_HINT)
+		if (timed_wait_ms > 0)
+			tsm_ctl_note(&job->ctl,
+						 "switch attempt %d, timed to the predicted end of the transactions that "
+						 "block it, could not get its locks within %d ms%s%s; retrying",
+						 job->ctl.progress.switch_attempts, timed_wait_ms,
+						 who[0] ? ", held by " : "", who);
+		else if (job->ctl.progress.switch_attempts < TSM_SWITCH_ATTEMPTS_BEFORE_HINT)
 			tsm_ctl_note(&job->ctl,
 						 "switch attempt %d could not get its locks within %d ms%s%s; retrying",
 						 job->ctl.progress.switch_attempts, tsm_switch_lock_timeout_ms,
@@ -493,6 +506,49 @@ switch_lockmode_for(TsmJob *job)
 }
 
 /*
+ * After a failed attempt, with pg_tsmove.switch_timed_wait on, instead of
+ * the back-off's sleep (backoff_ms): look at the sessions that block the
+ * switch every TSM_WATCH_INTERVAL_MS, learning how long their transactions
+ * last, until an attempt timed to their ends is due (switch_blockers.c);
+ * while one of them is not timed, only for backoff_ms; at most until the
+ * backlog has grown past switch_backlog_blocks, a pause is asked for or
+ * TSM_WATCH_ROUND_MS have passed.  Reads the WAL meanwhile.  Returns false, having done nothing,
+ * when timed attempts are off or nothing blocked the last attempt.
+ */
+static bool
+watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	TimestampTz until = TimestampTzPlusMilliseconds(started, TSM_WATCH_ROUND_MS);
+	TimestampTz backoff_until = TimestampTzPlusMilliseconds(started, backoff_ms);
+	int			looks = 0;
+
+	if (tsm_switch_timed_wait_ms <= 0 || job->block.ntags == 0 ||
+		job->block.blocked_since == 0)
+		return false;
+	for (;;)
+	{
+		TimestampTz now;
+		TsmTimedAttempt timed;
+
+		tsm_switch_block_watch(&job->block);
+		timed = tsm_switch_block_timed(&job->block, false);
+		now = GetCurrentTimestamp();
+		if (timed == TSM_TIMED_NOW || now >= until || job->ctl.pause_requested ||
+			(timed == TSM_TIMED_NEVER && now >= backoff_until))
+			break;
+		if (++looks % 10 == 0)
+		{
+			tsm_mirror_drain(&job->mirror, &job->files);
+			if (tsm_fileset_backlog(&job->files) > tsm_switch_backlog_blocks)
+				break;
+		}
+		tsm_ctl_sleep(&job->ctl, TSM_WATCH_INTERVAL_MS);
+	}
+	return true;
+}
+
+/*
  * catching_up: copy again what changed until the backlog is small enough
  * for a short switch, then try the switch; when it cannot happen now, back
  * off while mirroring and try again.
@@ -537,10 +593,12 @@ catch_up_and_switch(TsmJob *job)
 			tsm_ctl_set_state(ctl, TSM_CATCHING_UP);
 			backoff_ms = Min(Max(backoff_ms * 2, 50), 1000);
 			tsm_ctl_publish(ctl, true);
-			tsm_ctl_sleep(ctl, backoff_ms + random() % (backoff_ms + 1));
+			if (!watch_blockers_for_a_timed_attempt(job, backoff_ms + random() % (backoff_ms + 1)))
+				tsm_ctl_sleep(ctl, backoff_ms + random() % (backoff_ms + 1));
 			continue;
 		}
 
+		job->block.timed_wait_ms = 0;	/* copying first: no attempt timed now */
 		if (previous_backlog >= 0 && backlog >= previous_backlog)
 			stalled_rounds++;
 		else
@@ -639,6 +697,7 @@ abort_job(TsmJob *job, ErrorData *edata)
 	const uint32 holdoff = InterruptHoldoffCount;
 
 	job->ctl.stops_held = false;
+	job->files.register_syncs = false;	/* an error under the switch's locks */
 	AbortOutOfAnyTransaction();
 
 	/*

@@ -263,7 +263,6 @@ AUTOPILOT_CONF = (
     "pg_tsmove.relation_map_refresh = '5s'",
     "pg_tsmove.sample_interval = '2s'",       # history rows short enough for the window
     "pg_tsmove.history_interval = '6s'",
-    "pg_tsmove.switch_lock_timeout = '30s'",   # as PATIENT_SWITCH: wait for the SELECTs
 )
 DECISION_COLUMNS = ("decision_id", "decided_at", "last_seen_at", "times", "mode", "action",
                     "relation", "kind", "source_tablespace", "target_tablespace", "reason",
