@@ -32,7 +32,8 @@
  * the locks (seen whole: from a look where it held none to one where it
  * held none again, or held them in another transaction).  When every
  * current blocker's transaction is due to end within switch_timed_wait
- * (each lasting as long as that session's last one, plus a margin), the
+ * (each lasting as long as that session's last one, give or take a
+ * tenth), the
  * attempt is made then and waits that long; sessions whose transaction ends
  * meanwhile queue their next one behind the request.  Transactions shorter
  * than TSM_SHORT_TRANSACTION_MS (writers) end while any attempt waits, and
@@ -40,7 +41,11 @@
  * due together, an attempt made just before the first is due waits
  * switch_timed_wait (at most one every TSM_LINE_UP_INTERVAL_MS): those that
  * end meanwhile start again together when it gives up, so the next gap is
- * shorter, until they line up.  A blocker whose transactions are unknown
+ * shorter, until they line up.  After a timed attempt failed, none is
+ * made for TSM_LINE_UP_INTERVAL_MS: writers wait at most
+ * switch_timed_wait in any such interval.  A blocker running later than
+ * its last transaction by more than a tenth and its lengths' recent
+ * variation is not timed at all.  A blocker whose transactions are unknown
  * (idle in transaction, not yet seen whole) gets no timed attempt.
  *
  * The caller sends the cancels just before it requests the locks, then
@@ -56,6 +61,7 @@
  */
 #include "postgres.h"
 
+#include <math.h>
 #include <signal.h>
 
 #include "access/xlog.h"
@@ -189,14 +195,9 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 		block->ntags = ntags;
 	}
 	memcpy(block->tags, tags, sizeof(LOCKTAG) * ntags);
-	if (block->timed_wait_ms > 0 && !block->lining_up)
-	{
-		/* they did not end when due: try again later, twice as late each time */
-		block->mispredicted = Min(block->mispredicted + 1, 4);
-		block->timed_not_before =
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										TSM_LINE_UP_INTERVAL_MS << (block->mispredicted - 1));
-	}
+	/* the next timed attempt waits for every blocker's next transaction */
+	if (block->timed_wait_ms > 0)
+		block->timed_failed_at = GetCurrentTimestamp();
 	block->nblockers = 0;
 	foreach(lc, blockers)
 	{
@@ -249,7 +250,14 @@ static void
 watched_transaction_ended(TsmWatchedSession *w, TimestampTz now, bool continuous)
 {
 	if (w->seen_from_start && continuous)
-		w->last_length_ms = (double) (now - w->since) / 1000.0;
+	{
+		double		length_ms = (double) (now - w->since) / 1000.0;
+
+		/* how much its lengths vary: the last change, fading by half */
+		if (w->last_length_ms >= 0)
+			w->variation_ms = Max(w->variation_ms / 2, fabs(length_ms - w->last_length_ms));
+		w->last_length_ms = length_ms;
+	}
 	w->lxid = InvalidLocalTransactionId;
 }
 
@@ -338,8 +346,10 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 	block->timed_wait_ms = 0;
 	if (tsm_switch_timed_wait_ms <= 0 || block->unwatched_blockers)
 		return TSM_TIMED_NEVER; /* off, or a blocker it cannot follow */
-	if (!recheck && block->timed_not_before != 0 && now < block->timed_not_before)
-		return TSM_TIMED_NEVER; /* backing off after a mispredicted end */
+	/* after one failed, writers have waited: none for TSM_LINE_UP_INTERVAL_MS */
+	if (!recheck && block->timed_failed_at != 0 &&
+		!TimestampDifferenceExceeds(block->timed_failed_at, now, TSM_LINE_UP_INTERVAL_MS))
+		return TSM_TIMED_LATER;
 	for (int i = 0; i < block->nwatched; i++)
 	{
 		TsmWatchedSession *w = &block->watched[i];
@@ -360,11 +370,12 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 			learning = true;	/* its length is learnt at its end */
 			continue;
 		}
-		/* lengths vary: a tenth of the longest, and one look either way */
+		/* lengths vary: a tenth, and a look either way */
 		w_margin_ms = w->last_length_ms / 10 + 2 * TSM_WATCH_INTERVAL_MS;
 		due_ms = w->last_length_ms - elapsed_ms;
-		if (due_ms < -w_margin_ms)
+		if (due_ms < -(w_margin_ms + w->variation_ms))
 			return TSM_TIMED_NEVER; /* overdue: this one is not as before */
+
 		first_due_ms = current == 0 ? due_ms : Min(first_due_ms, due_ms);
 		last_due_ms = current == 0 ? due_ms : Max(last_due_ms, due_ms);
 		margin_ms = Max(margin_ms, w_margin_ms);

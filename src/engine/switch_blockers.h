@@ -51,6 +51,7 @@ typedef struct TsmWatchedSession
 									 * within a look of its start */
 	double		last_length_ms; /* of its last such transaction seen whole;
 								 * < 0 unknown */
+	double		variation_ms;	/* between its last lengths, fading */
 } TsmWatchedSession;
 
 /* What a switch tells switch_blockers.c about itself. */
@@ -80,8 +81,7 @@ typedef struct TsmSwitchBlock
 	TimestampTz last_lining_up;	/* the last attempt that waited to line
 								 * blockers up */
 	bool		lining_up;		/* the attempt decided on does */
-	int			mispredicted;	/* timed attempts whose blockers were late */
-	TimestampTz timed_not_before;	/* none before, after a late one */
+	TimestampTz timed_failed_at;	/* the last timed attempt that failed */
 	int			timed_wait_ms;	/* > 0: the next attempt is timed, and
 								 * waits this long for its locks */
 } TsmSwitchBlock;
