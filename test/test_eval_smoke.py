@@ -79,7 +79,7 @@ def test_eval_smoke(tmp_path):
             # Only relocate_tablespace (a build without it) and pg_repack (a
             # major it is not installed for) may be missing, and the row
             # must say so rather than show a figure.
-            assert m.key in ("relocate", "repack"), r
+            assert m.key in ("relocate", "relocate_default", "repack"), r
             assert "not available in this build" in row[0]
             continue
         assert r["checks"]["ok"], (m.key, r["checks"])
