@@ -258,7 +258,6 @@ def timed_writer(cluster, rel, nrows, stop, out):
             time.sleep(0.01)
 
 
-@pytest.mark.matrix
 @pytest.mark.parametrize("length_s, offset_s", [(1.2, 0.6), (3.0, 1.6)])
 def test_switch_times_its_attempt_to_overlapping_readers(primary, length_s, offset_s):
     """Two sessions read the table in back-to-back transactions that
@@ -289,8 +288,9 @@ def test_switch_times_its_attempt_to_overlapping_readers(primary, length_s, offs
         for r in readers:
             r.join(30)
     row = job_row(primary, job)
-    # a timed attempt waits at most switch_timed_wait (1 s); slack for CI
-    assert wrote["worst_s"] < 1.6, (wrote, row)
+    # a timed attempt waits at most switch_timed_wait (1 s), then the lock is
+    # held milliseconds; slack for a CI machine running four lanes on 2 cores
+    assert wrote["worst_s"] < 2.2, (wrote, row)
     assert wrote["done"] > 100, wrote
     assert primary.sql_scalar("SELECT sum(n) FROM over") == wrote["done"]
     assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM over")
