@@ -32,12 +32,11 @@
  * the locks (seen whole: from a look where it held none to one where it
  * held none again, or held them in another transaction).  When every
  * current blocker's transaction is due to end within switch_timed_wait
- * (each lasting as long as that session's last one, give or take a
- * tenth), the
- * attempt is made then and waits that long; sessions whose transaction ends
- * meanwhile queue their next one behind the request.  Transactions shorter
- * than TSM_SHORT_TRANSACTION_MS (writers) end while any attempt waits, and
- * are left out.  When they are never
+ * (each lasting as long as that session's last one, give or take a tenth),
+ * the attempt is made then and waits that long; sessions whose transaction
+ * ends meanwhile queue their next one behind the request.  Transactions
+ * shorter than TSM_SHORT_TRANSACTION_MS (writers) end while any attempt
+ * waits, and are left out.  When they are never
  * due together, an attempt made just before the first is due waits
  * switch_timed_wait (at most one every TSM_LINE_UP_INTERVAL_MS): those that
  * end meanwhile start again together when it gives up, so the next gap is
@@ -195,7 +194,7 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 		block->ntags = ntags;
 	}
 	memcpy(block->tags, tags, sizeof(LOCKTAG) * ntags);
-	/* the next timed attempt waits for every blocker's next transaction */
+	/* a timed attempt failed: none for TSM_LINE_UP_INTERVAL_MS */
 	if (block->timed_wait_ms > 0)
 		block->timed_failed_at = GetCurrentTimestamp();
 	block->nblockers = 0;
@@ -225,24 +224,23 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 static TsmWatchedSession *
 watched_session(TsmSwitchBlock *block, int pid)
 {
+	TsmWatchedSession *w = NULL;
+
 	for (int i = 0; i < block->nwatched; i++)
 		if (block->watched[i].pid == pid)
 			return &block->watched[i];
-	for (int i = 0; i < block->nwatched; i++)
+	/* a session that holds nothing now makes room, else a free slot */
+	for (int i = 0; i < block->nwatched && w == NULL; i++)
 		if (!LocalTransactionIdIsValid(block->watched[i].lxid))
-		{
-			/* a session that holds nothing now makes room */
-			memset(&block->watched[i], 0, sizeof(TsmWatchedSession));
-			block->watched[i].pid = pid;
-			block->watched[i].last_length_ms = -1;
-			return &block->watched[i];
-		}
-	if (block->nwatched == TSM_MAX_WATCHED_SESSIONS)
+			w = &block->watched[i];
+	if (w == NULL && block->nwatched < TSM_MAX_WATCHED_SESSIONS)
+		w = &block->watched[block->nwatched++];
+	if (w == NULL)
 		return NULL;
-	memset(&block->watched[block->nwatched], 0, sizeof(TsmWatchedSession));
-	block->watched[block->nwatched].pid = pid;
-	block->watched[block->nwatched].last_length_ms = -1;
-	return &block->watched[block->nwatched++];
+	memset(w, 0, sizeof(TsmWatchedSession));
+	w->pid = pid;
+	w->last_length_ms = -1;
+	return w;
 }
 
 /* A watched session's transaction is over: its length, if seen whole. */
