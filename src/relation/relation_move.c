@@ -153,7 +153,18 @@ truncate_storage(TsmRelFileNode node, ForkNumber fork, BlockNumber nblocks,
 	SMgrRelation reln = tsm_smgropen(node);	/* not in the critical section */
 	BlockNumber old_nblocks = smgrnblocks(reln, fork);	/* nor this */
 
-	Assert(!wal_logged || fork == MAIN_FORKNUM);
+	/*
+	 * SMGR_TRUNCATE_HEAP cuts the main fork on replay, and the FSM and VM
+	 * flags take a heap length, not the fork's: a logged FSM or VM fork's
+	 * truncation has no record that says it.  A relation move never needs
+	 * one (its FSM and VM join the copy only under the switch's locks,
+	 * where nothing truncates them, and a resume refuses a copy that has
+	 * them), so a call for one is a bug: fail the job, which drops the new
+	 * storage, rather than log a record whose replay would cut the copy.
+	 */
+	if (wal_logged && fork != MAIN_FORKNUM)
+		elog(ERROR, "pg_tsmove: the copy's fork %d of %u cannot be truncated with WAL",
+			 fork, TSM_REL(node));
 	Assert((MyProc->delayChkptFlags & (DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE)) == 0);
 	MyProc->delayChkptFlags |= DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE;
 	START_CRIT_SECTION();
