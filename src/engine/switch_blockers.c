@@ -93,13 +93,16 @@ typedef struct TsmBlocker
  */
 static List *
 find_blockers(const TsmSwitchBlock *block, const LOCKTAG *tags, int ntags,
-			  bool *left_out)
+			  bool *left_out, bool *held)
 {
 	List	   *blockers = NIL;
 
 	for (int i = 0; i < ntags; i++)
 	{
 		VirtualTransactionId *conflicts = GetLockConflicts(&tags[i], block->lockmode, NULL);
+
+		if (held)
+			held[i] = VirtualTransactionIdIsValid(*conflicts);
 
 		for (VirtualTransactionId *holders = conflicts;
 			 VirtualTransactionIdIsValid(*holders); holders++)
@@ -147,6 +150,7 @@ tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id, const char *what,
 					  Oid submitted_by, LOCKMODE lockmode)
 {
 	memset(block, 0, sizeof(*block));
+	block->cxt = CurrentMemoryContext;
 	block->job_id = job_id;
 	block->what = what;
 	block->submitted_by = submitted_by;
@@ -173,6 +177,40 @@ blocked_last_attempt(const TsmSwitchBlock *block, VirtualTransactionId vxid)
 }
 
 /*
+ * Add the tags that had holders to those the watcher looks at: of a
+ * relocation's thousands of locks, the few its readers hold.  A union over
+ * the failed attempts, so that a stream between two queries at one failure
+ * is seen at the next; a tag no attempt found held is not looked at (a
+ * timed attempt it blocks fails, and adds it).  In the job's memory.
+ */
+static void
+remember_held_tags(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags,
+				   const bool *held)
+{
+	for (int i = 0; i < ntags; i++)
+	{
+		bool		known = false;
+
+		if (!held[i])
+			continue;
+		for (int k = 0; k < block->ntags && !known; k++)
+			known = memcmp(&block->tags[k], &tags[i], sizeof(LOCKTAG)) == 0;
+		if (known)
+			continue;
+		if (block->ntags == block->tags_room)
+		{
+			int			room = Max(block->tags_room * 2, 8);
+
+			block->tags = block->tags == NULL ?
+				MemoryContextAlloc(block->cxt, sizeof(LOCKTAG) * room) :
+				repalloc(block->tags, sizeof(LOCKTAG) * room);
+			block->tags_room = room;
+		}
+		block->tags[block->ntags++] = tags[i];
+	}
+}
+
+/*
  * An attempt did not get its locks in time.  Remember since when the
  * switch is blocked and which client transactions blocked it, and cancel
  * the autovacuum workers among the blockers (but wraparound's).  Runs with
@@ -181,19 +219,14 @@ blocked_last_attempt(const TsmSwitchBlock *block, VirtualTransactionId vxid)
 void
 tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
-	List	   *blockers = find_blockers(block, tags, ntags, NULL);
+	bool	   *held = palloc0(sizeof(bool) * Max(ntags, 1));
+	List	   *blockers = find_blockers(block, tags, ntags, NULL, held);
 	ListCell   *lc;
 
 	if (block->blocked_since == 0)
 		block->blocked_since = GetCurrentTimestamp();
-	if (block->ntags != ntags)
-	{
-		if (block->tags)
-			pfree(block->tags);
-		block->tags = MemoryContextAlloc(TopMemoryContext, sizeof(LOCKTAG) * Max(ntags, 1));
-		block->ntags = ntags;
-	}
-	memcpy(block->tags, tags, sizeof(LOCKTAG) * ntags);
+	remember_held_tags(block, tags, ntags, held);
+	pfree(held);
 	/* a timed attempt failed: none for TSM_LINE_UP_INTERVAL_MS */
 	if (block->timed_wait_ms > 0)
 		block->timed_failed_at = GetCurrentTimestamp();
@@ -261,7 +294,7 @@ watched_transaction_ended(TsmWatchedSession *w, TimestampTz now, bool continuous
 
 /*
  * One look at the client sessions that hold a lock the switch needs (the
- * tags of the last failed attempt): which transaction each is in, since
+ * tags failed attempts found held): which transaction each is in, since
  * when, and how long the ones that ended lasted.  Runs with or without a
  * transaction; every TSM_WATCH_INTERVAL_MS while the switch is blocked.
  */
@@ -288,7 +321,7 @@ tsm_switch_block_watch(TsmSwitchBlock *block)
 		!TimestampDifferenceExceeds(block->last_look, now, TSM_WATCH_GAP_MS);
 	after_attempt = block->last_look != 0 && block->attempted_since_look;
 	block->attempted_since_look = false;
-	blockers = find_blockers(block, block->tags, block->ntags, &unwatched);
+	blockers = find_blockers(block, block->tags, block->ntags, &unwatched, NULL);
 	foreach(lc, blockers)
 	{
 		TsmBlocker *b = lfirst(lc);
@@ -473,7 +506,7 @@ tsm_last_blockers_remain(const TsmSwitchBlock *block, const LOCKTAG *tags, int n
 
 	if (block->nblockers == 0)
 		return false;
-	blockers = find_blockers(block, tags, ntags, NULL);
+	blockers = find_blockers(block, tags, ntags, NULL, NULL);
 	foreach(lc, blockers)
 		remain |= blocked_last_attempt(block, ((TsmBlocker *) lfirst(lc))->vxid);
 	list_free_deep(blockers);
@@ -507,7 +540,7 @@ tsm_cancel_blocking_queries(TsmSwitchBlock *block, const LOCKTAG *tags, int ntag
 
 	if (!cancelling_is_due(block))
 		return 0;
-	blockers = find_blockers(block, tags, ntags, NULL);
+	blockers = find_blockers(block, tags, ntags, NULL, NULL);
 	initStringInfo(&refused);
 	foreach(lc, blockers)
 	{

@@ -67,9 +67,11 @@ typedef struct TsmSwitchBlock
 	int			nblockers;
 	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
 	int			blocker_pids[TSM_MAX_REMEMBERED_BLOCKERS];	/* their processes */
-	/* the locks the switch needs, as the last failed attempt named them */
+	MemoryContext cxt;			/* the job's, for tags */
+	/* the locks the switch needs that a failed attempt found held */
 	LOCKTAG    *tags;
 	int			ntags;
+	int			tags_room;
 	/* timed attempts (tsm_switch_block_watch, tsm_switch_block_timed) */
 	TimestampTz last_look;
 	bool		attempted_since_look;	/* an attempt failed since */
