@@ -4,7 +4,7 @@
 # file only from the top directory when EXTENSION is set, so this Makefile
 # installs it itself and points DATA at the extension directory.
 
-EXTVERSION   = 0.7
+EXTVERSION   = 0.8
 MODULE_big   = pg_tsmove
 OBJS         = src/pg_tsmove.o \
                src/jobs/settings.o src/jobs/queue.o src/jobs/job_record.o \

@@ -156,9 +156,10 @@ def main():
                        "FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
                        "WHERE target_tablespace = 'tsb2' LIMIT 3")
         advised = cluster.sql(
-            "SELECT command, benefit_pct FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
+            "SELECT command, benefit_pct, read_share_pct "
+            "FROM tsmove.advise(min_read_mb => 8, horizon => '30 seconds') "
             "WHERE target_tablespace = 'tsb2' ORDER BY rank LIMIT 1")
-        command, predicted = advised[0] if advised else (None, None)
+        command, predicted, read_share = advised[0] if advised else (None, None, None)
         if command is None:
             say("no advice to move to HDB: nothing to show (see the warning above)")
             return 1
@@ -193,10 +194,11 @@ def main():
         say()
         say("The prediction against the outcome, by the autopilot's own measure "
             "(tsmove.autopilot_measure(): the busier device's utilisation 20 s before the move, "
-            "less the busier one's from 25 to 45 s after it, scaled to the work before):")
+            "less the busier one's from 25 to 45 s after it, each device scaled to the work the "
+            "old load puts on it, from the share of the reads advise() saw):")
         measured, detail = cluster.sql(
-            "SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '20 seconds')",
-            (job,))[0]
+            "SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '20 seconds', %s::numeric)",
+            (job, read_share if read_share and read_share > 0 else None))[0]
         if measured is None:
             say("  not measurable (too little history, or the workload changed too much): %s" % detail)
         else:

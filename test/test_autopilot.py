@@ -19,6 +19,7 @@ errors checks the policy GUCs' refusals and who may use what.
 
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,18 @@ def expect_skip(cluster, first_id, code, timeout_s, what):
                for d in decisions(cluster) if d["decision_id"] > first_id]
         weighed = cluster.sql("SELECT relation::text, target_tablespace, kind, verdict_code, "
                               "benefit_pct FROM tsmove.advise_candidates(4, '16 seconds')")
-        raise AssertionError("%s; logged since: %s; candidates now: %s" % (e, log, weighed))
+        elsewhere = {}
+        for (db,) in cluster.sql("SELECT d.datname FROM pg_database d WHERE d.datallowconn "
+                                 "AND d.datname NOT IN ('postgres', 'template1')"):
+            try:
+                elsewhere[db] = cluster.sql(
+                    "SELECT action, relation, reason_code, predicted_benefit_pct, measured_benefit_pct, "
+                    "left(reason, 300), evidence, measured FROM tsmove.decisions "
+                    "WHERE action NOT IN ('skipped') ORDER BY decision_id", dbname=db)
+            except Exception as other:  # a database without the extension
+                elsewhere[db] = str(other)[:100]
+        raise AssertionError("%s; logged since: %s; candidates now: %s; elsewhere: %s" % (
+            e, log, weighed, elsewhere))
 
 
 def last_id(cluster):
@@ -218,6 +230,36 @@ def rotational(disks, name, value):
         f.write("1" if value else "0")
 
 
+def check_interference_term(cluster):
+    """The co-accessed pair read at once from HDA, HDB idle: moving either
+    separates interleaved reads, so the reading of what arrives on HDB is
+    predicted at 0.8 of the busy time it takes on HDA (advise_candidates(),
+    0.8), and the assumptions say so."""
+    rows = wait_for(lambda: cluster.sql(
+        "SELECT relation::text, source_util_pct, target_util_pct, source_util_after_pct, "
+        "target_util_after_pct, benefit_pct, assumptions FROM tsmove.advise_candidates(4, '16s') "
+        "WHERE relation IN ('public.a'::regclass, 'public.b'::regclass) "
+        "AND target_tablespace = 'tsb2' AND verdict_code IS NULL"), 30, interval_s=1,
+        what="a candidate to move A or B to tsb2")
+    for rel, u_s, u_t, s_after, t_after, benefit, assumptions in rows:
+        moved = float(re.search(r"so about ([0-9.]+) points of its", assumptions).group(1))
+        r = float(re.search(r"and ([0-9.]+)% of \S+'s busy time is reading", assumptions).group(1)) / 100
+        assert "the reads interleaved on" in assumptions, assumptions
+        assert "what arrives on" in assumptions, assumptions
+        factor = 1 - 0.2 * r
+        assert abs(float(t_after) - (float(u_t) + factor * moved)) <= 0.2, (rel, u_t, t_after, moved, r)
+        relief = factor if "what stays on" in assumptions else 1.0
+        assert abs(float(s_after) - (float(u_s) - moved) * relief) <= 0.2, (rel, u_s, s_after, moved, r)
+        assert abs(float(benefit) - (max(float(u_s), float(u_t)) - max(float(s_after), float(t_after)))) <= 0.2
+    # The second database's C and D, in the same tablespace, read almost
+    # nothing of it: the busy database's reads there are not theirs.
+    shares = cluster.sql("SELECT relation::text, target_tablespace, read_share_pct "
+                         "FROM tsmove.advise_candidates(0, '16s') "
+                         "WHERE relation IN ('public.c'::regclass, 'public.d'::regclass)", dbname="second")
+    assert shares, "no candidate for C or D in the second database"
+    assert all(float(x[2]) <= 10 for x in shares), shares
+
+
 def test_autopilot_knows_when_not_to_move(disks, pilot):
     # 0. A database without the extension, where an unprivileged role made a
     #    schema tsmove with its own autopilot_step(): the autopilot's worker,
@@ -302,6 +344,7 @@ def test_autopilot_knows_when_not_to_move(disks, pilot):
         refused = expect_skip(pilot, first, "move_refused", 60, "the owner's missing right to stop the move")
         assert 'permission denied for tablespace "tsb2"' in refused[0]["reason"], refused
         assert jobs(pilot) == []
+        check_interference_term(pilot)
         # 6. Meanwhile the step in the second database fails every time (a
         #    lock on what it reads, as a tenant can hold on their own
         #    relations): that database makes no decision, the others go on.
@@ -342,6 +385,23 @@ def test_autopilot_knows_when_not_to_move(disks, pilot):
             measured["predicted_benefit_pct"], measured["measured_benefit_pct"],
             measured["verdict"], measured["measured"]))
         m = measured["measured"]
+        if measured["measured_benefit_pct"] is not None:
+            # equal work per device, from the share the decision saw, and
+            # by the total work: the lesser counts
+            assert m["moved_share_pct"] == round(float(moved["evidence"]["read_share_pct"]), 1), m
+            before_max = max(m["before_source_util_pct"], m["before_target_util_pct"])
+            per_device = before_max - max(m["after_source_util_equal_pct"], m["after_target_util_equal_pct"])
+            total = before_max - max(m["after_source_util_pct"], m["after_target_util_pct"]) * m["work_ratio"] ** -1
+            assert abs(m["benefit_per_device_pct"] - per_device) <= 0.15, m
+            assert abs(m["benefit_total_work_pct"] - total) <= 1.5, m
+            lesser = min(m["benefit_per_device_pct"], m["benefit_total_work_pct"])
+            assert abs(float(measured["measured_benefit_pct"]) - max(-100, min(100, lesser))) <= 0.15, m
+            assert m["equal_work"] == ("per device" if m["benefit_per_device_pct"] <= m["benefit_total_work_pct"]
+                                       else "total"), m
+            share = m["moved_share_pct"] / 100
+            if m["after_source_kb_s"] >= 80:
+                assert abs(m["after_source_util_equal_pct"] - m["after_source_util_pct"] * (1 - share)
+                           * m["before_source_kb_s"] / m["after_source_kb_s"]) <= 0.5, m
         work = {w: m["%s_source_kb_s" % w] + m["%s_target_kb_s" % w] for w in ("before", "after")}
         assert work["after"] > 0 and work["before"] > 0, m
         assert m["after_target_util_pct"] > m["before_target_util_pct"], m

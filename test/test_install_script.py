@@ -1,7 +1,7 @@
-"""A fresh install (pg_tsmove--0.7.sql) and the upgrade path give one extension.
+"""A fresh install (pg_tsmove--0.8.sql) and the upgrade path give one extension.
 
-CREATE EXTENSION runs pg_tsmove--0.7.sql alone; an installed 0.1 reaches
-0.7 through pg_tsmove--0.1--0.2.sql and on.  Both paths are shipped, so
+CREATE EXTENSION runs pg_tsmove--0.8.sql alone; an installed 0.1 reaches
+0.8 through pg_tsmove--0.1--0.2.sql and on.  Both paths are shipped, so
 both must produce the same objects: a function, view or grant that only
 one path has changes what a user gets depending on when they installed.
 

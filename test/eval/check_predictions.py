@@ -17,7 +17,9 @@ goes to test/eval/predictions/table.md.
 
 The measured benefit is the autopilot's own (tsmove.autopilot_measure()):
 the busier device's utilisation before, less the busier one's after scaled
-to the work before.  Run on a quiet machine: the streams share its two
+to equal work, per device (the work the old workload puts on each in the
+new placement) where the moved relation's share of the source's reads is
+known, else by the total work.  Run on a quiet machine: the streams share its two
 cores with the server.
 """
 
@@ -41,7 +43,9 @@ WORKLOADS = (
     ("slow_updates", "each update stream held to 100 transactions/s",
      ["--methods", "autopilot", "--update-rate", "100"], {}),
     ("three_tables", "a table C beside A on HDA, read (ranges of C alone) and updated by "
-                     "streams of its own", ["--methods", "autopilot", "--third-table"], {}),
+                     "streams of its own; the switch may wait 30 s for its lock (with the "
+                     "defaults it found no moment in 300 s: issue 26)",
+     ["--methods", "autopilot", "--third-table", "--conf", "pg_tsmove.switch_lock_timeout = '30s'"], {}),
     ("advised_small", "40 000 rows a table; the DBA moves advise_candidates()' first "
                       "candidate by hand", ["--methods", "advised", "--rows", "40000"],
      {"TSM_EVAL_ADVISED": "auto"}),
@@ -51,15 +55,24 @@ WORKLOADS = (
 )
 
 
+# The relation move's switch needs a moment when no long join holds the
+# table, and under these overlapping streams it can take more than the
+# default 150 s to find one (issue 26): a move cut short has no outcome to
+# compare with.  Every workload but target_busy (no move expected) gets 300 s.
+WORKLOADS = tuple((name, what, argv if "--transition-timeout-s" in argv
+                   else argv + ["--transition-timeout-s", "300"], env)
+                  for name, what, argv, env in WORKLOADS)
+
+
 def outcome(series):
-    """(relation moved, predicted, measured, work ratio) of the run."""
+    """(relation moved, predicted, measured, work ratio, equal work) of the run."""
     m = next(m for m in series["methods"] if "transition" in m)
     after = m.get("after_settle") or {}
     if m["key"] == "advised":
         pred = (m["transition"]["details"].get("prediction") or [None])[0]
         me = after.get("measured") or {}
         return (m["transition"]["details"].get("call", ""), pred,
-                after.get("measured_benefit_pct"), me.get("work_ratio"))
+                after.get("measured_benefit_pct"), me.get("work_ratio"), me.get("equal_work"))
     log = after.get("decisions") or m["transition"]["details"].get("decisions") or []
     done = [d for d in log if d["action"] == "done"]
     if not done:
@@ -67,32 +80,34 @@ def outcome(series):
         said = [d for d in log if d["action"] == "skipped" and d["target_tablespace"] == "tsb2"
                 and d["predicted_benefit_pct"] is not None]
         if not said:
-            return ("no move", None, None, None)
+            return ("no move", None, None, None, None)
         return ("no move (%s: %s)" % (said[-1]["relation"], said[-1]["reason_code"]),
-                said[-1]["predicted_benefit_pct"], None, None)
+                said[-1]["predicted_benefit_pct"], None, None, None)
     d = done[0]
+    me = d.get("measured") or {}
     return (d["relation"], d["predicted_benefit_pct"], d["measured_benefit_pct"],
-            (d.get("measured") or {}).get("work_ratio"))
+            me.get("work_ratio"), me.get("equal_work"))
 
 
 def table():
     lines = ["| workload | what changes | moved | predicted (points) | measured (points) | "
-             "error | work after / before |", "|---|---|---|---|---|---|---|"]
+             "error | work after / before | equal work |", "|---|---|---|---|---|---|---|---|"]
     for name, what, _, _ in WORKLOADS:
         path = os.path.join(OUT, name, "series.json")
         if not os.path.exists(path):
-            lines.append("| %s | %s | not run | | | | |" % (name, what))
+            lines.append("| %s | %s | not run | | | | | |" % (name, what))
             continue
-        moved, pred, meas, ratio = outcome(json.load(open(path)))
+        moved, pred, meas, ratio, equal = outcome(json.load(open(path)))
         if pred is None or meas is None:
             err = "-"
         elif abs(meas) < 5:
             err = "%+.1f points" % (pred - meas)
         else:
             err = "%+.0f %%" % ((pred - meas) / meas * 100)
-        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, what, moved, "-" if pred is None else "%.1f" % pred,
-            "-" if meas is None else "%.1f" % meas, err, "-" if ratio is None else ratio))
+            "-" if meas is None else "%.1f" % meas, err, "-" if ratio is None else ratio,
+            equal or "-"))
     lines.append("")
     lines.append("Error: (predicted - measured) / measured; in points where the measured "
                  "benefit is under 5 points.  Generated by `test/eval/check_predictions.py`.")

@@ -403,6 +403,7 @@ def run_advised(run):
         relation = "public." + relation
     tr.details["prediction"] = ([float(x) if x is not None and not isinstance(x, str) else x
                                  for x in row[0]] if row else None)
+    run.advised_read_share_pct = tr.details["prediction"][5] if row else None
     job = cl.sql_scalar("SELECT tsmove.move(%s, 'tsb2')", (relation,))
     tr.details["advised_job"] = job
     tr.details["moved"] = relation.split(".")[-1]
@@ -418,8 +419,10 @@ def advised_after_settle(run):
         "WHERE parent_job IS NULL ORDER BY job_id DESC LIMIT 1")[0]
     deadline = (float(finished) if finished is not None else time.time()) + 70
     while True:
-        row = run.cluster.sql("SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '30s')",
-                              (job,))
+        # the share its prediction saw, for equal work per device
+        share = getattr(run, "advised_read_share_pct", None)
+        row = run.cluster.sql("SELECT benefit_pct, measured FROM tsmove.autopilot_measure(%s, '30s', %s::numeric)",
+                              (job, share if share and share > 0 else None))
         if (row and row[0][0] is not None) or time.time() > deadline:
             break
         time.sleep(2)

@@ -285,9 +285,10 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     res = {"key": method.key, "label": method.label, "essay": method.essay,
            "available": True}
     restore_state(cluster, disks, snap, tablespaces)
-    if method.server_conf:
-        cluster.append_conf(list(method.server_conf))
-    res["server_conf"] = list(method.server_conf)
+    conf = list(method.server_conf) + list(args.conf or [])
+    if conf:
+        cluster.append_conf(conf)
+    res["server_conf"] = conf
     old_tsb_dir = tablespaces["tsb"]
     disks.apply_limits()
     cluster.start()
@@ -419,6 +420,8 @@ def parse_args(argv):
                     help="a table C, on HDA beside A (or on HDB, in tsb2, the "
                          "target), with a stream of range scans of C alone and one "
                          "of updates of C")
+    ap.add_argument("--conf", action="append", metavar="SETTING",
+                    help="a postgresql.conf line added after the method's (repeatable)")
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
     ap.add_argument("--transition-timeout-s", type=int, default=150)

@@ -1,4 +1,4 @@
-/* pg_tsmove 0.6: online moves of tables and indexes between tablespaces */
+/* pg_tsmove 0.8: online moves of tables and indexes between tablespaces */
 
 \echo Use "CREATE EXTENSION pg_tsmove" to load this file. \quit
 
@@ -823,8 +823,11 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              decays with the time constant nearest half the horizon,
  *              tsmove.relation_recent_io(); the cumulative counters when it
  *              has none, as after a restart; a table's TOAST counts as its
- *              own), times the tablespace's share of the device's reads in
- *              the history (every database's).  With no history, the
+ *              own), times this database's share of every database's reads
+ *              of the tablespace since the counters' resets (0.8: a small
+ *              table took a busy database's share of a tablespace the two
+ *              shared), times the tablespace's share of the device's reads
+ *              in the history (every database's).  With no history, the
  *              cumulative share of the device.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
@@ -837,7 +840,15 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  * A share with no denominator (no reads or no rows changed there) is 0.
  *   moved      = U_s * (r * f_r + (1 - r) * f_w), the busy time that
  *              follows the relation
- *   after      U_s' = U_s - moved, U_t' = U_t + moved (same speed)
+ *   after      U_s' = U_s - moved, U_t' = U_t + moved (same speed), each
+ *              times (1 - k * r) where the move separates interleaved
+ *              reads (0.8): the relation and another each did a tenth of
+ *              the source's reads at least, and the device is left with
+ *              one relation's (the source: another does 90 % of what
+ *              stays; the target: its own load is under a tenth of what
+ *              arrives).  k = 0.2, calibrated on the evaluation's emulated
+ *              disks, where a stream read alone took 20-30 % less busy
+ *              time per request than interleaved (doc/autopilot.md)
  *   benefit    = max(U_s, U_t) - max(U_s', U_t'): points of utilisation the
  *              busier device loses at today's load
  *   await      the source's await scaled as in an M/M/1 queue:
@@ -970,6 +981,7 @@ BEGIN
                coalesce(hist.await, spc.await_now)::numeric AS await,
                hist.last_end,
                hist.window_blocks_read,
+               spc.all_blocks_read AS spc_blocks_read,
                least(100, hist.util_older)::numeric AS util_older,
                least(100, hist.util_newer)::numeric AS util_newer,
                coalesce(hist.nrows, 0) AS history_rows,
@@ -1083,6 +1095,34 @@ BEGIN
         SELECT r.spcoid, sum(r.blocks_read) AS blocks_read, sum(r.recent_read) AS recent_read
         FROM rel r
         GROUP BY r.spcoid),
+    -- each relation's share of its device's reads, over the horizon where
+    -- the history has its tablespace (its share of this database's reads
+    -- there, times this database's share of every database's reads there
+    -- since the counters' resets, times the tablespace's share of the
+    -- device's), else since the counters' resets (least() ignores a NULL:
+    -- a share with no denominator is 0)
+    rel_share AS MATERIALIZED (
+        SELECT r.oid AS relid, d.device,
+               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
+                                      THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
+                                                ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
+                                           * least(1, coalesce(sr.blocks_read::numeric / nullif(d.spc_blocks_read, 0), 1))
+                                           * d.window_blocks_read / dr.window_blocks_read
+                                      ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS share
+        FROM rel r
+        JOIN dev d ON d.spcoid = r.spcoid
+        LEFT JOIN device_reads dr ON dr.device = d.device
+        LEFT JOIN spc_reads sr ON sr.spcoid = r.spcoid),
+    -- the two largest shares of each device's reads, and whose the first is
+    device_top AS (
+        SELECT t.device, max(t.share) FILTER (WHERE t.n = 1) AS first_share,
+               max(t.relid) FILTER (WHERE t.n = 1) AS first_relid,
+               max(t.share) FILTER (WHERE t.n = 2) AS second_share
+        FROM (SELECT x.device, x.relid, x.share,
+                     row_number() OVER (PARTITION BY x.device ORDER BY x.share DESC, x.relid) AS n
+              FROM rel_share x) t
+        WHERE t.n <= 2
+        GROUP BY t.device),
     -- co-accessed pairs on one device, with the evidence in blocks
     pair AS (
         SELECT p.rel_a::oid AS a, p.rel_b::oid AS b, p.executions, p.concurrent_ticks,
@@ -1153,12 +1193,9 @@ BEGIN
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
                coalesce(sr.recent_read > 0, false) AS recent_reads,
                coalesce(dr.recent_written > 0, false) AS recent_writes,
-               -- (least() ignores a NULL: a share with no denominator is 0)
-               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL
-                                      THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
-                                                ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
-                                           * src.window_blocks_read / dr.window_blocks_read
-                                      ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS read_share_f,
+               rs.share AS read_share_f,
+               -- the largest share of the device's reads another relation has
+               CASE WHEN dt.first_relid = c.relid THEN dt.second_share ELSE dt.first_share END AS other_share_f,
                -- its share of the writes: of this database's rows written
                -- there, scaled by this database's share of the reads there
                -- (other databases' writes are not counted anywhere)
@@ -1170,12 +1207,30 @@ BEGIN
         JOIN dev src ON src.spcoid = c.src_spc
         JOIN dev tgt ON tgt.spcoid = c.tgt_spc
         LEFT JOIN device_reads dr ON dr.device = src.device
-        LEFT JOIN spc_reads sr ON sr.spcoid = r.spcoid),
+        LEFT JOIN spc_reads sr ON sr.spcoid = r.spcoid
+        LEFT JOIN rel_share rs ON rs.relid = r.oid
+        LEFT JOIN device_top dt ON dt.device = src.device),
+    -- the busy time that follows the relation, and the interference of
+    -- interleaved streams: where the relation and another each did a tenth
+    -- of the device's reads at least, a device left with one relation's
+    -- reads (at least 90 % of what it still reads), or receiving the
+    -- relation's alone (its own load under a tenth of what arrives),
+    -- serves their reading at (1 - 0.2) of the busy time it took
+    -- interleaved (calibrated on the evaluation's devices: doc/autopilot.md)
     modelled AS (
-        SELECT w.*, m.moved, w.src_util - m.moved AS src_after, w.tgt_util + m.moved AS tgt_after
+        SELECT w.*, m.moved, i.mixed_before, i.source_alone, i.target_alone,
+               (w.src_util - m.moved)
+                 * CASE WHEN i.mixed_before AND i.source_alone THEN 1 - 0.2 * w.src_read_share ELSE 1 END AS src_after,
+               w.tgt_util + m.moved
+                 * CASE WHEN i.mixed_before AND i.target_alone THEN 1 - 0.2 * w.src_read_share ELSE 1 END AS tgt_after
         FROM weighed w
         CROSS JOIN LATERAL (SELECT w.src_util * (w.src_read_share * coalesce(w.read_share_f, 0)
-                                                 + (1 - w.src_read_share) * coalesce(w.write_share_f, 0)) AS moved) m),
+                                                 + (1 - w.src_read_share) * coalesce(w.write_share_f, 0)) AS moved) m
+        CROSS JOIN LATERAL (
+            -- the relation and another each did a tenth of the device's reads at least
+            SELECT coalesce(w.read_share_f, 0) >= 0.1 AND coalesce(w.other_share_f, 0) >= 0.1 AS mixed_before,
+                   coalesce(w.other_share_f, 0) >= 0.9 * (1 - coalesce(w.read_share_f, 0)) AS source_alone,
+                   w.tgt_util <= 0.1 * m.moved AS target_alone) i),
     candidate AS (
         SELECT m.*,
                greatest(m.src_util, m.tgt_util) - greatest(m.src_after, m.tgt_after) AS benefit,
@@ -1291,7 +1346,17 @@ BEGIN
                   round(coalesce(b.write_share_f, 0) * 100, 1),
                   CASE WHEN b.recent_writes THEN recent_text ELSE 'since the statistics reset' END,
                   round(b.src_read_share * 100, 1), b.src_device,
-                  round(b.moved, 1), round(b.src_util, 1), b.tgt_device),
+                  round(b.moved, 1), round(b.src_util, 1), b.tgt_device)
+             || '; interference: ' || CASE
+                WHEN NOT b.mixed_before THEN
+                    format('none to remove (it and another relation did not each do a tenth of the reads from %s)', b.src_device)
+                WHEN b.source_alone OR b.target_alone THEN
+                    format('the reads interleaved on %s are separated, so %s with its reading at 0.8 of the busy time it took interleaved (calibrated on the evaluation''s emulated disks)',
+                           b.src_device,
+                           concat_ws(' and ',
+                                     CASE WHEN b.source_alone THEN format('what stays on %s is served', b.src_device) END,
+                                     CASE WHEN b.target_alone THEN format('what arrives on %s is served', b.tgt_device) END))
+                ELSE format('none counted: %s and %s still serve several relations'' reads', b.src_device, b.tgt_device) END,
            round(coalesce(b.read_share_f, 0) * 100, 1),
            round(b.benefit, 1),
            round(b.src_after, 1),
@@ -1515,17 +1580,30 @@ REVOKE ALL ON FUNCTION tsmove.autopilot_log(text, oid, text, text, name, name, b
  * cache, which would charge the move's own cost to its outcome.  Work is
  * what the two devices read and wrote, in kB per second (0.7; blocks read
  * from outside shared buffers counted page-cache hits, a fresh copy's
- * among them, as work); the measured benefit is the busier
- * device's utilisation before, less its utilisation after scaled to the
- * work before (max(U_s', U_t') * work before / work after): the same
- * quantity the prediction gives, at equal work, whether the workload
- * answered the move by doing more (closed) or by loading the disk less
- * (open).  NULL (not measurable) unless both devices have history in both
- * windows and the devices moved at least 80 kB/s in each, the work after
- * within 1/4 and 4 times the work before: a workload that stopped or
- * changed is no verdict on the move.  Clamped to [-100, 100].
+ * among them, as work).  The measured benefit is the busier device's
+ * utilisation before, less the busier one's after scaled to equal work:
+ * the same quantity the prediction gives, whether the workload answered
+ * the move by doing more (closed) or by loading the disk less (open).
+ * Equal work is per device (0.8): each device's utilisation after, scaled
+ * by the work the old workload puts on it in the new placement over the
+ * work it did after: the source keeps (1 - s) of its work before, the
+ * target gets its own and s of the source's, where s is the moved
+ * relation's share of the source's reads: moved_share_pct if given (the
+ * read_share_pct advise_candidates() gave before a move someone else
+ * made), else its decision's read_share_pct.  Scaling both by the total
+ * work (0.7, and still for a move with neither) is wrong when the
+ * move changes the mix: a stream freed by it can multiply its work on the
+ * target while the source, still saturated, does as much as before.  But s
+ * comes from the counters the prediction read, so a wrong share would
+ * vouch for itself: the benefit is the lesser of the two (`equal_work`
+ * says which; `measured` has both).  NULL
+ * (not measurable) unless both devices have history in both windows and
+ * the devices moved at least 80 kB/s in each, the work after within 1/4
+ * and 4 times the work before: a workload that stopped or changed is no
+ * verdict on the move.  Clamped to [-100, 100].
  */
 CREATE FUNCTION tsmove.autopilot_measure(p_job bigint, evidence interval,
+                                         moved_share_pct numeric DEFAULT NULL,
                                          OUT benefit_pct numeric, OUT measured jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -1539,7 +1617,15 @@ DECLARE
     after_max numeric;
     work_before numeric;
     work_after numeric;
+    share numeric;
+    source_equal numeric;
+    target_equal numeric;
 BEGIN
+    IF moved_share_pct <= 0 OR moved_share_pct > 100 THEN
+        RAISE EXCEPTION 'moved_share_pct must be above 0 and at most 100'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the read_share_pct advise_candidates() gave for the move, or NULL to take it from the autopilot''s decision.';
+    END IF;
     SELECT * INTO j FROM tsmove.job WHERE job_id = p_job;
     IF NOT FOUND OR j.state <> 'done' THEN
         RETURN;
@@ -1606,10 +1692,53 @@ BEGIN
         'work_ratio', round(work_after / work_before, 2),
         'window_before', jsonb_build_array(j.started_at - evidence, j.started_at),
         'window_after', jsonb_build_array(j.finished_at + settle + evidence, j.finished_at + settle + 2 * evidence));
-    benefit_pct := round(greatest(-100, least(100, before_max - after_max * work_before / work_after)), 1);
+    -- the moved relation's share of the source's reads: as given (the
+    -- prediction of a move someone else made), else when the autopilot
+    -- decided to move it
+    share := moved_share_pct / 100;
+    IF share IS NULL THEN
+        SELECT (s.evidence ->> 'read_share_pct')::numeric / 100 INTO share
+        FROM tsmove.decision s
+        WHERE s.job_id = p_job AND s.action = 'started'
+        ORDER BY s.decision_id DESC LIMIT 1;
+    END IF;
+    IF share > 0 AND share <= 1 THEN
+        -- each device at the work the old workload puts on it now (one
+        -- that did too little work after to scale, as it is)
+        source_equal := (measured ->> 'after_source_util_pct')::numeric
+            * CASE WHEN (measured ->> 'after_source_kb_s')::numeric >= 80
+                   THEN (1 - share) * (measured ->> 'before_source_kb_s')::numeric
+                        / (measured ->> 'after_source_kb_s')::numeric
+                   ELSE 1 END;
+        target_equal := (measured ->> 'after_target_util_pct')::numeric
+            * CASE WHEN (measured ->> 'after_target_kb_s')::numeric >= 80
+                   THEN ((measured ->> 'before_target_kb_s')::numeric
+                         + share * (measured ->> 'before_source_kb_s')::numeric)
+                        / (measured ->> 'after_target_kb_s')::numeric
+                   ELSE 1 END;
+        measured := measured || jsonb_build_object(
+            'moved_share_pct', round(share * 100, 1),
+            'after_source_util_equal_pct', round(source_equal, 1),
+            'after_target_util_equal_pct', round(target_equal, 1),
+            'benefit_per_device_pct', round(before_max - greatest(source_equal, target_equal), 1),
+            'benefit_total_work_pct', round(before_max - after_max * work_before / work_after, 1));
+        -- the lesser of the two: the share comes from the same counters as
+        -- the prediction's, and the total work is right only for a mix the
+        -- move left alone; neither alone may vouch for the prediction
+        benefit_pct := least(before_max - greatest(source_equal, target_equal),
+                             before_max - after_max * work_before / work_after);
+        measured := measured || jsonb_build_object(
+            'equal_work', CASE WHEN before_max - greatest(source_equal, target_equal)
+                                    <= before_max - after_max * work_before / work_after
+                               THEN 'per device' ELSE 'total' END);
+        benefit_pct := round(greatest(-100, least(100, benefit_pct)), 1);
+    ELSE
+        measured := measured || jsonb_build_object('equal_work', 'total');
+        benefit_pct := round(greatest(-100, least(100, before_max - after_max * work_before / work_after)), 1);
+    END IF;
 END
 $measure$;
-REVOKE ALL ON FUNCTION tsmove.autopilot_measure(bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION tsmove.autopilot_measure(bigint, interval, numeric) FROM PUBLIC;
 
 /*
  * Whether pg_tsmove.autopilot_window (HH:MM-HH:MM, may wrap midnight; ''
