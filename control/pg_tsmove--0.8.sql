@@ -823,11 +823,8 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              decays with the time constant nearest half the horizon,
  *              tsmove.relation_recent_io(); the cumulative counters when it
  *              has none, as after a restart; a table's TOAST counts as its
- *              own), times this database's share of every database's reads
- *              of the tablespace since the counters' resets (0.8: a small
- *              table took a busy database's share of a tablespace the two
- *              shared), times the tablespace's share of the device's reads
- *              in the history (every database's).  With no history, the
+ *              own), times the tablespace's share of the device's reads in
+ *              the history (every database's).  With no history, the
  *              cumulative share of the device.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
@@ -981,7 +978,6 @@ BEGIN
                coalesce(hist.await, spc.await_now)::numeric AS await,
                hist.last_end,
                hist.window_blocks_read,
-               spc.all_blocks_read AS spc_blocks_read,
                least(100, hist.util_older)::numeric AS util_older,
                least(100, hist.util_newer)::numeric AS util_newer,
                coalesce(hist.nrows, 0) AS history_rows,
@@ -1097,16 +1093,14 @@ BEGIN
         GROUP BY r.spcoid),
     -- each relation's share of its device's reads, over the horizon where
     -- the history has its tablespace (its share of this database's reads
-    -- there, times this database's share of every database's reads there
-    -- since the counters' resets, times the tablespace's share of the
-    -- device's), else since the counters' resets (least() ignores a NULL:
-    -- a share with no denominator is 0)
+    -- there times the tablespace's share of the device's), else since the
+    -- counters' resets (least() ignores a NULL: a share with no
+    -- denominator is 0)
     rel_share AS MATERIALIZED (
         SELECT r.oid AS relid, d.device,
                least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
                                       THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
                                                 ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
-                                           * least(1, coalesce(sr.blocks_read::numeric / nullif(d.spc_blocks_read, 0), 1))
                                            * d.window_blocks_read / dr.window_blocks_read
                                       ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS share
         FROM rel r
@@ -1702,20 +1696,29 @@ BEGIN
         WHERE s.job_id = p_job AND s.action = 'started'
         ORDER BY s.decision_id DESC LIMIT 1;
     END IF;
-    IF share > 0 AND share <= 1 THEN
-        -- each device at the work the old workload puts on it now (one
-        -- that did too little work after to scale, as it is)
+    IF NOT (share > 0 AND share <= 1) THEN
+        share := NULL;
+    END IF;
+    IF share IS NOT NULL THEN
+        -- each device at the work the old workload puts on it now; none
+        -- for a device that did too little work after to scale, or whose
+        -- work changed more than eightfold either way (then the total
+        -- work alone counts)
         source_equal := (measured ->> 'after_source_util_pct')::numeric
-            * CASE WHEN (measured ->> 'after_source_kb_s')::numeric >= 80
-                   THEN (1 - share) * (measured ->> 'before_source_kb_s')::numeric
-                        / (measured ->> 'after_source_kb_s')::numeric
-                   ELSE 1 END;
+            * (1 - share) * (measured ->> 'before_source_kb_s')::numeric
+            / nullif((measured ->> 'after_source_kb_s')::numeric, 0);
         target_equal := (measured ->> 'after_target_util_pct')::numeric
-            * CASE WHEN (measured ->> 'after_target_kb_s')::numeric >= 80
-                   THEN ((measured ->> 'before_target_kb_s')::numeric
-                         + share * (measured ->> 'before_source_kb_s')::numeric)
-                        / (measured ->> 'after_target_kb_s')::numeric
-                   ELSE 1 END;
+            * ((measured ->> 'before_target_kb_s')::numeric + share * (measured ->> 'before_source_kb_s')::numeric)
+            / nullif((measured ->> 'after_target_kb_s')::numeric, 0);
+        IF (measured ->> 'after_source_kb_s')::numeric < 80 OR (measured ->> 'after_target_kb_s')::numeric < 80
+           OR source_equal > 8 * (measured ->> 'after_source_util_pct')::numeric
+           OR target_equal > 8 * (measured ->> 'after_target_util_pct')::numeric
+           OR source_equal * 8 < (measured ->> 'after_source_util_pct')::numeric
+           OR target_equal * 8 < (measured ->> 'after_target_util_pct')::numeric THEN
+            share := NULL;
+        END IF;
+    END IF;
+    IF share IS NOT NULL THEN
         measured := measured || jsonb_build_object(
             'moved_share_pct', round(share * 100, 1),
             'after_source_util_equal_pct', round(source_equal, 1),

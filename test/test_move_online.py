@@ -222,8 +222,10 @@ def test_switch_waits_at_most_lock_timeout_per_attempt(primary):
     # the first attempt waited its lock timeout; the next ones, seeing the
     # same reader still there, did not queue at all (test_standby_locks.py)
     assert row["switch_attempts"] >= 3 and row["lock_wait_ms"] >= 15
-    # 20 ms lock timeout; generous margin for a loaded 2-core CI machine
-    assert worst_ms < 250, worst_ms
+    # 20 ms lock timeout; a timed attempt (pg_tsmove.switch_timed_wait, 1 s)
+    # would show as a second's wait.  Room for CI's four lanes on two cores,
+    # where one UPDATE of 200 took 289 ms once with no switch attempt in it
+    assert worst_ms < 500, worst_ms
     assert primary.sql_scalar("SELECT sum(n) FROM hot") == 200
     assert_moved_cleanly(primary, "hot", "ts_b")
 
