@@ -5,7 +5,10 @@
 --                               several at once, predicts that device's
 --                               reading at 1 - 0.2 r of its busy time
 --                               interleaved; `assumptions` says whether it
---                               did
+--                               did.  A relation's share of its tablespace
+--                               counts every database's reads there
+--   tsmove.tablespace_recent_io() (new) those reads: the recent sums per
+--                               tablespace over every database
 --   tsmove.autopilot_measure()  the lesser of equal work per device (from
 --                               the moved relation's share of the source's
 --                               reads: a new argument, else the autopilot's
@@ -13,6 +16,26 @@
 --                               `measured` says which, and has both
 
 \echo Use "ALTER EXTENSION pg_tsmove UPDATE TO '0.8'" to load this file. \quit
+
+/*
+ * Every database's recent reads and writes per tablespace (recent_io.c):
+ * the sums of relation_recent_io() added up by the tablespace each
+ * relation was last read in, so that a relation's share of its
+ * tablespace counts the other databases' reads there too.
+ */
+CREATE FUNCTION tsmove.tablespace_recent_io(
+    horizon interval,
+    OUT spcoid oid,
+    OUT blocks_read double precision,
+    OUT rows_changed double precision,
+    OUT index_rows double precision,
+    OUT time_constant_s double precision,
+    OUT followed_s double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tsm_tablespace_recent_io'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg_monitor;
 
 /*
  * tsmove.advise_candidates(min_read_mb, horizon): every (relation, target)
@@ -41,13 +64,14 @@
  *              (read ms / (read + write ms))
  *   f_r        the relation's share of the blocks read from outside shared
  *              buffers on the source device over the horizon: its share of
- *              this database's reads of its tablespace (sums the sampler
+ *              every database's reads of its tablespace (sums the sampler
  *              decays with the time constant nearest half the horizon,
- *              tsmove.relation_recent_io(); the cumulative counters when it
- *              has none, as after a restart; a table's TOAST counts as its
+ *              tsmove.relation_recent_io() over
+ *              tsmove.tablespace_recent_io(); a table's TOAST counts as its
  *              own), times the tablespace's share of the device's reads in
- *              the history (every database's).  With no history, the
- *              cumulative share of the device.
+ *              the history.  Where the sampler has no sums yet (after a
+ *              restart), this database's share of the cumulative counters;
+ *              with no history, the cumulative share of the device.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
  *              inserts and non-HOT updates)
@@ -219,6 +243,11 @@ BEGIN
         WHERE x.followed_s >= x.time_constant_s),
     -- the recent reads of each table's indexes, by table (a TOAST table's
     -- index counts as its table's)
+    -- every database's recent reads of each tablespace (same sums)
+    spc_recent AS MATERIALIZED (
+        SELECT x.spcoid, x.blocks_read::numeric AS blocks_read
+        FROM tsmove.tablespace_recent_io(horizon) x
+        WHERE x.followed_s >= x.time_constant_s),
     recent_index_reads AS MATERIALIZED (
         SELECT ti.indrelid, sum(x.blocks_read) AS blocks_read
         FROM recent x JOIN pg_index ti ON ti.indexrelid = x.relid
@@ -303,15 +332,18 @@ BEGIN
                (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
-    -- what this database read from each tablespace over the horizon (the
-    -- decayed sums; since the statistics' reset when there are none): the
-    -- relation's share of it, times the tablespace's share of its device's
-    -- reads over the horizon, is its share of the device's reads over the
-    -- horizon (a relation read heavily long ago is not blamed for today's
-    -- load of another)
+    -- what was read from each tablespace over the horizon, by every
+    -- database (the decayed sums; this database's since the statistics'
+    -- reset when there are none): the relation's share of it, times the
+    -- tablespace's share of its device's reads over the horizon, is its
+    -- share of the device's reads over the horizon (a relation read
+    -- heavily long ago is not blamed for today's load of another, nor a
+    -- quiet database's for a busy one's)
     spc_reads AS (
-        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read, sum(r.recent_read) AS recent_read
+        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read,
+               greatest(sum(r.recent_read), max(sx.blocks_read)) AS recent_read
         FROM rel r
+        LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),
     -- each relation's share of its device's reads, over the horizon where
     -- the history has its tablespace (its share of this database's reads

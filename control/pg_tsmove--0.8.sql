@@ -465,6 +465,24 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
 LANGUAGE C VOLATILE;
 
+/*
+ * Every database's recent reads and writes per tablespace (recent_io.c):
+ * the sums of relation_recent_io() added up by the tablespace each
+ * relation was last read in, so that a relation's share of its
+ * tablespace counts the other databases' reads there too.
+ */
+CREATE FUNCTION tsmove.tablespace_recent_io(
+    horizon interval,
+    OUT spcoid oid,
+    OUT blocks_read double precision,
+    OUT rows_changed double precision,
+    OUT index_rows double precision,
+    OUT time_constant_s double precision,
+    OUT followed_s double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tsm_tablespace_recent_io'
+LANGUAGE C VOLATILE;
+
 /* The load history (history.c): one row per tablespace per interval. */
 CREATE FUNCTION tsmove.tablespace_io_history_rows(
     OUT start_time timestamptz,
@@ -778,6 +796,7 @@ REVOKE ALL ON FUNCTION tsmove.tablespace_io_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.tablespace_io_history_rows() FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.coaccess_pairs() FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.coaccess_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.monitor_info() FROM PUBLIC;
 REVOKE ALL ON FUNCTION tsmove.report(pg_catalog.timestamptz, pg_catalog.interval) FROM PUBLIC;
@@ -786,6 +805,7 @@ GRANT EXECUTE ON FUNCTION tsmove.tablespace_io_stats() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION tsmove.tablespace_io_history_rows() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION tsmove.coaccess_pairs() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) TO pg_monitor;
+GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg_monitor;
 GRANT EXECUTE ON FUNCTION tsmove.monitor_info() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION tsmove.report(pg_catalog.timestamptz, pg_catalog.interval) TO pg_monitor;
 GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coaccess, tsmove.monitor_status TO pg_monitor;
@@ -819,13 +839,14 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              (read ms / (read + write ms))
  *   f_r        the relation's share of the blocks read from outside shared
  *              buffers on the source device over the horizon: its share of
- *              this database's reads of its tablespace (sums the sampler
+ *              every database's reads of its tablespace (sums the sampler
  *              decays with the time constant nearest half the horizon,
- *              tsmove.relation_recent_io(); the cumulative counters when it
- *              has none, as after a restart; a table's TOAST counts as its
+ *              tsmove.relation_recent_io() over
+ *              tsmove.tablespace_recent_io(); a table's TOAST counts as its
  *              own), times the tablespace's share of the device's reads in
- *              the history (every database's).  With no history, the
- *              cumulative share of the device.
+ *              the history.  Where the sampler has no sums yet (after a
+ *              restart), this database's share of the cumulative counters;
+ *              with no history, the cumulative share of the device.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
  *              inserts and non-HOT updates)
@@ -997,6 +1018,11 @@ BEGIN
         WHERE x.followed_s >= x.time_constant_s),
     -- the recent reads of each table's indexes, by table (a TOAST table's
     -- index counts as its table's)
+    -- every database's recent reads of each tablespace (same sums)
+    spc_recent AS MATERIALIZED (
+        SELECT x.spcoid, x.blocks_read::numeric AS blocks_read
+        FROM tsmove.tablespace_recent_io(horizon) x
+        WHERE x.followed_s >= x.time_constant_s),
     recent_index_reads AS MATERIALIZED (
         SELECT ti.indrelid, sum(x.blocks_read) AS blocks_read
         FROM recent x JOIN pg_index ti ON ti.indexrelid = x.relid
@@ -1081,15 +1107,18 @@ BEGIN
                (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
-    -- what this database read from each tablespace over the horizon (the
-    -- decayed sums; since the statistics' reset when there are none): the
-    -- relation's share of it, times the tablespace's share of its device's
-    -- reads over the horizon, is its share of the device's reads over the
-    -- horizon (a relation read heavily long ago is not blamed for today's
-    -- load of another)
+    -- what was read from each tablespace over the horizon, by every
+    -- database (the decayed sums; this database's since the statistics'
+    -- reset when there are none): the relation's share of it, times the
+    -- tablespace's share of its device's reads over the horizon, is its
+    -- share of the device's reads over the horizon (a relation read
+    -- heavily long ago is not blamed for today's load of another, nor a
+    -- quiet database's for a busy one's)
     spc_reads AS (
-        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read, sum(r.recent_read) AS recent_read
+        SELECT r.spcoid, sum(r.blocks_read) AS blocks_read,
+               greatest(sum(r.recent_read), max(sx.blocks_read)) AS recent_read
         FROM rel r
+        LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),
     -- each relation's share of its device's reads, over the horizon where
     -- the history has its tablespace (its share of this database's reads

@@ -141,10 +141,15 @@ SELECT * FROM tsmove.relation_recent_io(NULL);
 SELECT * FROM tsmove.relation_recent_io('0 seconds');
 SELECT * FROM tsmove.relation_recent_io('1 day -25 hours');
 SELECT * FROM tsmove.relation_recent_io('2000 years');
+SELECT * FROM tsmove.tablespace_recent_io(NULL);
+SELECT * FROM tsmove.tablespace_recent_io('-1 second');
 \set SHOW_CONTEXT errors
 -- each relation's recent I/O: the time constant nearest half the horizon
 SELECT pg_catalog.count(*) FILTER (WHERE time_constant_s <> 1080) AS not_18_minutes
 FROM tsmove.relation_recent_io('1 hour');
+-- and per tablespace, over every database (never 0: the default's own oid)
+SELECT pg_catalog.count(*) FILTER (WHERE spcoid = 0 OR time_constant_s <> 30) AS wrong
+FROM tsmove.tablespace_recent_io('1 minute');
 
 -- report(): a move done in the period, before and after, on both sides
 SELECT pg_catalog.clock_timestamp() AS before_move \gset
@@ -180,6 +185,7 @@ SELECT * FROM tsmove.tablespace_io_stats();
 SELECT * FROM tsmove.tablespace_io_history_rows();
 SELECT * FROM tsmove.monitor_info();
 SELECT * FROM tsmove.relation_recent_io('1 hour');
+SELECT * FROM tsmove.tablespace_recent_io('1 hour');
 RESET ROLE;
 
 -- pg_monitor reads everything, resets nothing, and an operator of its own,
@@ -211,6 +217,7 @@ SELECT count(*) >= 4 AS tablespaces FROM tsmove.tablespace_io;
 SELECT count(*) >= 0 AS pairs FROM tsmove.coaccess;
 SELECT count(*) >= 0 AS history FROM tsmove.tablespace_io_history;
 SELECT sampler_pid IS NOT NULL AS sampler_running FROM tsmove.monitor_status;
+SELECT count(*) >= 0 AS recent FROM tsmove.tablespace_recent_io('1 hour');
 SELECT count(*) AS recommendations FROM tsmove.advise(min_read_mb => 0);
 SELECT count(*) > 0 AS reported FROM tsmove.report(now() - interval '1 hour');
 SELECT tsmove.coaccess_reset();

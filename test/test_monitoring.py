@@ -183,6 +183,13 @@ def loop_filesystems(request):
     shutil.rmtree(base, ignore_errors=True)
 
 
+def keep_writing(target, stop):
+    """Write 64 MB to target with direct I/O, again and again until stop is set."""
+    while not stop.is_set():
+        _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
+              "oflag=direct", "conv=fsync"])
+
+
 def tablespace_on(cluster, name, directory):
     """CREATE TABLESPACE name in a new directory under `directory`."""
     location = os.path.join(directory, name)
@@ -508,10 +515,7 @@ def test_advise_relieves_a_busy_device(loop_filesystems, primary):
     stop = threading.Event()
 
     def keep_busy():
-        target = os.path.join(busy_mnt, "dd.out")
-        while not stop.is_set():
-            _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
-                  "oflag=direct", "conv=fsync"])
+        keep_writing(os.path.join(busy_mnt, "dd.out"), stop)
     load = threading.Thread(target=keep_busy)
     load.start()
     try:
@@ -575,11 +579,8 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
 
     stop = threading.Event()
 
-    def keep_busy(mnt=busy_mnt, stop=stop, name="dd.out"):
-        target = os.path.join(mnt, name)
-        while not stop.is_set():
-            _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
-                  "oflag=direct", "conv=fsync"])
+    def keep_busy(name="dd.out"):
+        keep_writing(os.path.join(busy_mnt, name), stop)
 
     def shares():
         rows = primary.sql(
@@ -617,7 +618,7 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
 
         # a burst on the target device: its load changes within the horizon
         burst_stop = threading.Event()
-        burst = threading.Thread(target=keep_busy, args=(idle_mnt, burst_stop))
+        burst = threading.Thread(target=keep_writing, args=(os.path.join(idle_mnt, "dd.out"), burst_stop))
         burst.start()
         changed = None
         deadline = time.monotonic() + 30
@@ -655,6 +656,60 @@ def test_prediction_takes_shares_over_the_horizon_and_refuses_a_changing_load(
     wait_for(lambda: primary.sql_scalar("SELECT count(*) FROM tsmove.relation_recent_io('1 hour') "
                                         "WHERE relid = %s", (past2_oid,)) == 0,
              30, what="the dropped table to leave relation_recent_io")
+
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primary):
+    """A relation's read share counts every database's reads of its
+    tablespace: the only table read in a quiet database, read one time in
+    six on a device a busy database reads the other five, holds about a
+    sixth of the device's reads, not all of them (as it did when the share
+    was its database's share of the tablespace)."""
+    (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
+    tablespace_on(primary, "busy", busy_mnt)
+    tablespace_on(primary, "idle", idle_mnt)
+    make_table(primary, "hot", "busy", rows=120000)
+    primary.sql("CREATE DATABASE quiet")
+    primary.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
+    primary.sql("CREATE TABLE mild (id int, pad text) TABLESPACE busy", dbname="quiet")
+    primary.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
+                dbname="quiet")
+    # (once the shares come from the recent sums: until the sampler has fed
+    #  them for one time constant, each database's cumulative share is used)
+    query = ("SELECT read_share_pct, assumptions FROM tsmove.advise_candidates(min_read_mb => 1, "
+             "horizon => '6 seconds') WHERE relation = %s::regclass AND target_tablespace = 'idle' "
+             "AND assumptions LIKE '%%over the horizon (sums decayed%%'")
+    stop = threading.Event()
+    writers = [threading.Thread(target=keep_writing, args=(os.path.join(busy_mnt, n), stop))
+               for n in ("dd.out", "dd2.out")]
+    for w in writers:
+        w.start()
+    try:
+        deadline = time.monotonic() + 90
+        with primary.conn() as busy, primary.conn("quiet") as quiet:
+            while True:
+                for _ in range(5):
+                    busy.execute("SELECT sum(length(pad)) FROM hot").fetchall()
+                quiet.execute("SELECT sum(length(pad)) FROM mild").fetchall()
+                hot = busy.execute(query, ("hot",)).fetchone()
+                mild = quiet.execute(query, ("mild",)).fetchone()
+                if (hot and mild) or time.monotonic() > deadline:
+                    break
+            totals = {r[0]: r[1] for r in busy.execute(
+                "SELECT t.spcname, x.blocks_read FROM tsmove.tablespace_recent_io('6 seconds') x "
+                "JOIN pg_tablespace t ON t.oid = x.spcoid").fetchall()}
+            own = {db: conn.execute("SELECT sum(blocks_read) FROM tsmove.relation_recent_io('6 seconds') "
+                                    "WHERE relid = %s::regclass", (rel,)).fetchone()[0]
+                   for db, conn, rel in (("postgres", busy, "hot"), ("quiet", quiet, "mild"))}
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()
+    assert hot and mild, "no busy-device candidate for both within 90 s: %r %r" % (hot, mild)
+    # five scans of hot to one of mild, each of the same size
+    assert 55 <= hot[0] <= 95 and 5 <= mild[0] <= 35, (hot, mild)
+    # the tablespace's recent reads hold both databases' (taken just after)
+    assert totals["busy"] >= 0.9 * (own["postgres"] + own["quiet"]), (totals, own)
 
 
 # ---- history and report -------------------------------------------------------

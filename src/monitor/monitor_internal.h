@@ -58,6 +58,7 @@ typedef struct TsmRecentSample
 {
 	Oid			dbid;
 	Oid			relid;
+	Oid			spcoid;			/* its tablespace (never 0) */
 	int64		blocks_read;	/* from outside shared buffers */
 	int64		rows_changed;	/* inserted, updated, deleted */
 	int64		index_rows;		/* inserted, or updated not HOT */

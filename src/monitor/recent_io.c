@@ -16,9 +16,12 @@
  * (the mean age of a reading within a window of that length), and for how
  * long the sampler has fed them (since start-up: they are not kept across
  * a restart, and the advice does not use them until that is one time
- * constant); the advice
- * divides one relation's by its tablespace's, so the decay cancels out of
- * a steady load.  Three quantities: blocks read from outside shared
+ * constant); tsmove.tablespace_recent_io(horizon) their totals per
+ * tablespace over every database (each entry remembers the tablespace its
+ * relation was last read in).  The advice divides one relation's by its
+ * tablespace's total, so the decay cancels out of a steady load, and a
+ * quiet database's relation is not given the share of a busy database's
+ * reads of the same tablespace.  Three quantities: blocks read from outside shared
  * buffers, rows changed (inserted, updated, deleted), and rows that
  * changed every index (inserted, or updated not HOT: an index's writes).
  *
@@ -33,7 +36,7 @@
  *
  * Locking: the recent lock, exclusive while the sampler feeds a sample's
  * relations in one go, shared while tsmove.relation_recent_io() copies its
- * database's entries.
+ * database's entries or tsmove.tablespace_recent_io() adds up all.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,9 +55,11 @@
 #include "monitor/monitor_internal.h"
 
 PG_FUNCTION_INFO_V1(tsm_relation_recent_io);
+PG_FUNCTION_INFO_V1(tsm_tablespace_recent_io);
 
 #define TSM_RECENT_SCALES 6
 #define TSM_RECENT_COLS 6
+#define TSM_RECENT_SPC_COLS 6
 
 /* The time constants, in seconds. */
 static const double recent_tau_s[TSM_RECENT_SCALES] = {5, 30, 180, 1080, 6480, 38880};
@@ -68,6 +73,7 @@ typedef struct TsmRecentKey
 typedef struct TsmRecentEntry
 {
 	TsmRecentKey key;
+	Oid			spcoid;			/* the tablespace it was last read in */
 	TimestampTz updated;		/* when the sums were last decayed */
 	float4		blocks_read[TSM_RECENT_SCALES];
 	float4		rows_changed[TSM_RECENT_SCALES];
@@ -235,6 +241,7 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
 			e->updated = now;
 		}
 		decay(e, now);
+		e->spcoid = samples[i].spcoid;
 		for (int k = 0; k < TSM_RECENT_SCALES; k++)
 		{
 			e->blocks_read[k] += (float4) samples[i].blocks_read;
@@ -267,24 +274,14 @@ scale_for(double horizon_s)
 }
 
 /*
- * tsmove.relation_recent_io(horizon): this database's relations with their
- * decayed sums at the time constant nearest half the horizon.
+ * The time constant for the horizon the function was called with (its
+ * first argument), with a clear error for a null or unusable one.
  */
-Datum
-tsm_relation_recent_io(PG_FUNCTION_ARGS)
+static int
+scale_from_horizon_arg(FunctionCallInfo fcinfo)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Interval   *horizon;
-	TimestampTz now = GetCurrentTimestamp();
-	HASH_SEQ_STATUS seq;
-	TsmRecentEntry *e;
-	TsmRecentEntry *copies;
-	double		followed_s;
-	int			cap,
-				n = 0,
-				k;
 
-	tsm_monitor_require_preload();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -298,12 +295,40 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("horizon must be a positive interval of at most 1000 years"),
 				 errhint("Pass the period the sums should stand for, for example '1 hour'.")));
-	k = scale_for(interval_seconds(horizon));
+	return scale_for(interval_seconds(horizon));
+}
+
+/* Since when the sampler has fed the sums, in seconds; the lock held. */
+static double
+followed_seconds(TimestampTz now)
+{
+	return tsm_recent->first_fed == 0 ? 0 :
+		(double) (now - tsm_recent->first_fed) / USECS_PER_SEC;
+}
+
+/*
+ * tsmove.relation_recent_io(horizon): this database's relations with their
+ * decayed sums at the time constant nearest half the horizon.
+ */
+Datum
+tsm_relation_recent_io(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz now = GetCurrentTimestamp();
+	HASH_SEQ_STATUS seq;
+	TsmRecentEntry *e;
+	TsmRecentEntry *copies;
+	double		followed_s;
+	int			cap,
+				n = 0,
+				k;
+
+	tsm_monitor_require_preload();
+	k = scale_from_horizon_arg(fcinfo);
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(tsm_recent->lock, LW_SHARED);
-	followed_s = tsm_recent->first_fed == 0 ? 0 :
-		(double) (now - tsm_recent->first_fed) / USECS_PER_SEC;
+	followed_s = followed_seconds(now);
 	cap = Max(hash_get_num_entries(tsm_recent_hash), 1);
 	copies = palloc(cap * sizeof(TsmRecentEntry));
 	hash_seq_init(&seq, tsm_recent_hash);
@@ -322,6 +347,79 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 		values[1] = Float8GetDatum(copies[i].blocks_read[k]);
 		values[2] = Float8GetDatum(copies[i].rows_changed[k]);
 		values[3] = Float8GetDatum(copies[i].index_rows[k]);
+		values[4] = Float8GetDatum(recent_tau_s[k]);
+		values[5] = Float8GetDatum(followed_s);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* One tablespace's totals, for tsmove.tablespace_recent_io(). */
+typedef struct TsmRecentTotal
+{
+	Oid			spcoid;
+	double		blocks_read;
+	double		rows_changed;
+	double		index_rows;
+} TsmRecentTotal;
+
+/*
+ * tsmove.tablespace_recent_io(horizon): per tablespace, the decayed sums of
+ * every database's relations last read there, at the time constant nearest
+ * half the horizon.  Adds up under the lock (the entries are not copied:
+ * there may be many), decaying each to now as it goes.
+ */
+Datum
+tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz now = GetCurrentTimestamp();
+	HASH_SEQ_STATUS seq;
+	TsmRecentEntry *e;
+	TsmRecentTotal totals[TSM_MAX_TABLESPACES];
+	double		followed_s;
+	int			n = 0,
+				k;
+
+	tsm_monitor_require_preload();
+	k = scale_from_horizon_arg(fcinfo);
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(tsm_recent->lock, LW_SHARED);
+	followed_s = followed_seconds(now);
+	hash_seq_init(&seq, tsm_recent_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		double		f = exp(-Max((double) (now - e->updated) / USECS_PER_SEC, 0) / recent_tau_s[k]);
+		int			slot;
+
+		for (slot = 0; slot < n; slot++)
+			if (totals[slot].spcoid == e->spcoid)
+				break;
+		if (slot == n)
+		{
+			if (n == TSM_MAX_TABLESPACES)
+				continue;		/* as the monitor, which follows no more */
+			totals[n].spcoid = e->spcoid;
+			totals[n].blocks_read = totals[n].rows_changed = totals[n].index_rows = 0;
+			n++;
+		}
+		/* decayed to now without writing the shared entry (a shared lock) */
+		totals[slot].blocks_read += e->blocks_read[k] * f;
+		totals[slot].rows_changed += e->rows_changed[k] * f;
+		totals[slot].index_rows += e->index_rows[k] * f;
+	}
+	LWLockRelease(tsm_recent->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[TSM_RECENT_SPC_COLS];
+		bool		nulls[TSM_RECENT_SPC_COLS] = {0};
+
+		values[0] = ObjectIdGetDatum(totals[i].spcoid);
+		values[1] = Float8GetDatum(totals[i].blocks_read);
+		values[2] = Float8GetDatum(totals[i].rows_changed);
+		values[3] = Float8GetDatum(totals[i].index_rows);
 		values[4] = Float8GetDatum(recent_tau_s[k]);
 		values[5] = Float8GetDatum(followed_s);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

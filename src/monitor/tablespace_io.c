@@ -640,6 +640,7 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline, TimestampT
 		{
 			recent[nrecent].dbid = counters[i].key.dbid;
 			recent[nrecent].relid = counters[i].key.relid;
+			recent[nrecent].spcoid = spcoid;
 			recent[nrecent].blocks_read = Max(dfetched - dhit, 0);
 			recent[nrecent].rows_changed = dchanged;
 			recent[nrecent].index_rows = dindex;
