@@ -1643,6 +1643,8 @@ DECLARE
     share numeric;
     source_equal numeric;
     target_equal numeric;
+    benefit_total numeric;
+    benefit_device numeric;
 BEGIN
     IF moved_share_pct <= 0 OR moved_share_pct > 100 THEN
         RAISE EXCEPTION 'moved_share_pct must be above 0 and at most 100'
@@ -1747,27 +1749,25 @@ BEGIN
             share := NULL;
         END IF;
     END IF;
+    benefit_total := before_max - after_max * work_before / work_after;
     IF share IS NOT NULL THEN
+        benefit_device := before_max - greatest(source_equal, target_equal);
+        -- the lesser of the two: the share comes from the same counters as
+        -- the prediction's, and the total work is right only for a mix the
+        -- move left alone; neither alone may vouch for the prediction
         measured := measured || jsonb_build_object(
             'moved_share_pct', round(share * 100, 1),
             'after_source_util_equal_pct', round(source_equal, 1),
             'after_target_util_equal_pct', round(target_equal, 1),
-            'benefit_per_device_pct', round(before_max - greatest(source_equal, target_equal), 1),
-            'benefit_total_work_pct', round(before_max - after_max * work_before / work_after, 1));
-        -- the lesser of the two: the share comes from the same counters as
-        -- the prediction's, and the total work is right only for a mix the
-        -- move left alone; neither alone may vouch for the prediction
-        benefit_pct := least(before_max - greatest(source_equal, target_equal),
-                             before_max - after_max * work_before / work_after);
-        measured := measured || jsonb_build_object(
-            'equal_work', CASE WHEN before_max - greatest(source_equal, target_equal)
-                                    <= before_max - after_max * work_before / work_after
-                               THEN 'per device' ELSE 'total' END);
-        benefit_pct := round(greatest(-100, least(100, benefit_pct)), 1);
+            'benefit_per_device_pct', round(benefit_device, 1),
+            'benefit_total_work_pct', round(benefit_total, 1),
+            'equal_work', CASE WHEN benefit_device <= benefit_total THEN 'per device' ELSE 'total' END);
+        benefit_pct := least(benefit_device, benefit_total);
     ELSE
         measured := measured || jsonb_build_object('equal_work', 'total');
-        benefit_pct := round(greatest(-100, least(100, before_max - after_max * work_before / work_after)), 1);
+        benefit_pct := benefit_total;
     END IF;
+    benefit_pct := round(greatest(-100, least(100, benefit_pct)), 1);
 END
 $measure$;
 REVOKE ALL ON FUNCTION tsmove.autopilot_measure(bigint, interval, numeric) FROM PUBLIC;
