@@ -467,9 +467,10 @@ LANGUAGE C VOLATILE;
 
 /*
  * Every database's recent reads and writes per tablespace (recent_io.c):
- * the sums of relation_recent_io() added up by the tablespace each
- * relation was last read in, so that a relation's share of its
- * tablespace counts the other databases' reads there too.
+ * the same decayed sums as relation_recent_io()'s, fed where each relation
+ * was at the time (a dropped relation's count until they fade), so that a
+ * relation's share of its tablespace counts the other databases' reads
+ * there too.
  */
 CREATE FUNCTION tsmove.tablespace_recent_io(
     horizon interval,
@@ -927,6 +928,7 @@ DECLARE
     observed_s numeric;
     coaccess_since timestamptz;
     recent_text text;
+    recent_ok boolean;
     declared_disks text := coalesce(current_setting('pg_tsmove.device_disks', true), '');
 BEGIN
     IF min_read_mb IS NULL OR min_read_mb < 0 THEN
@@ -946,8 +948,11 @@ BEGIN
     SELECT s.setting::numeric / 1000 INTO tick_s
     FROM pg_settings s WHERE s.name = 'pg_tsmove.coaccess_sample_interval';
     observed_s := greatest(1, extract(epoch FROM now() - coaccess_since));
-    SELECT format('over the horizon (sums decayed with a time constant of %s s)', max(x.time_constant_s))
-    INTO recent_text FROM tsmove.relation_recent_io(horizon) x;
+    -- the sampler's decayed sums count once it has fed them for a time
+    -- constant (decided once, for the relations' and the tablespaces')
+    SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
+           format('over the horizon (sums decayed with a time constant of %s s)', max(x.time_constant_s))
+    INTO recent_ok, recent_text FROM tsmove.tablespace_recent_io(horizon) x;
 
     RETURN QUERY
     WITH
@@ -1015,14 +1020,15 @@ BEGIN
         SELECT x.relid, x.blocks_read::numeric AS blocks_read, x.rows_changed::numeric AS rows_changed,
                x.index_rows::numeric AS index_rows, x.time_constant_s
         FROM tsmove.relation_recent_io(horizon) x
-        WHERE x.followed_s >= x.time_constant_s),
-    -- the recent reads of each table's indexes, by table (a TOAST table's
-    -- index counts as its table's)
-    -- every database's recent reads of each tablespace (same sums)
+        WHERE recent_ok),
+    -- every database's recent reads of each tablespace (the same sums, fed
+    -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
         SELECT x.spcoid, x.blocks_read::numeric AS blocks_read
         FROM tsmove.tablespace_recent_io(horizon) x
-        WHERE x.followed_s >= x.time_constant_s),
+        WHERE recent_ok),
+    -- the recent reads of each table's indexes, by table (a TOAST table's
+    -- index counts as its table's)
     recent_index_reads AS MATERIALIZED (
         SELECT ti.indrelid, sum(x.blocks_read) AS blocks_read
         FROM recent x JOIN pg_index ti ON ti.indexrelid = x.relid
@@ -1121,7 +1127,7 @@ BEGIN
         LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),
     -- each relation's share of its device's reads, over the horizon where
-    -- the history has its tablespace (its share of this database's reads
+    -- the history has its tablespace (its share of every database's reads
     -- there times the tablespace's share of the device's), else since the
     -- counters' resets (least() ignores a NULL: a share with no
     -- denominator is 0)

@@ -27,8 +27,9 @@
  *	  consistent version).
  *	- the history ring (history lock): appended by the sampler, read by
  *	  tsmove.tablespace_io_history, saved and loaded by the postmaster.
- *	- each relation's recent I/O (recent lock): fed by the sampler
- *	  (exclusive), read by tsmove.relation_recent_io() (shared).
+ *	- each relation's and tablespace's recent I/O (recent lock): fed by
+ *	  the sampler (exclusive), read by tsmove.relation_recent_io() and
+ *	  tsmove.tablespace_recent_io() (shared).
  * No code path holds two of these locks at once.
  *
  *-------------------------------------------------------------------------
@@ -58,7 +59,7 @@ typedef struct TsmRecentSample
 {
 	Oid			dbid;
 	Oid			relid;
-	Oid			spcoid;			/* its tablespace (never 0) */
+	Oid			spcoid;			/* its tablespace now (never 0) */
 	int64		blocks_read;	/* from outside shared buffers */
 	int64		rows_changed;	/* inserted, updated, deleted */
 	int64		index_rows;		/* inserted, or updated not HOT */

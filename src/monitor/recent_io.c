@@ -11,32 +11,36 @@
  * a row per relation per interval, so each relation keeps, per quantity,
  * sums decayed exponentially with a few time constants (a reading of age a
  * weighs exp(-a / tau)): TSM_RECENT_SCALES of them, 5 s to 10.8 h, each six
- * times the last.  tsmove.relation_recent_io(horizon) gives the sums of
- * this database's relations at the time constant nearest half the horizon
- * (the mean age of a reading within a window of that length), and for how
+ * times the last.  Each tablespace keeps the same sums of every database's
+ * relations, fed with the same deltas where the relation map placed the
+ * relation at the time (as the history counts them): a dropped relation's
+ * reads stay there until they fade, a moved one's stay where they were
+ * done.  tsmove.relation_recent_io(horizon) gives this database's
+ * relations' sums at the time constant nearest half the horizon (the mean
+ * age of a reading within a window of that length),
+ * tsmove.tablespace_recent_io(horizon) the tablespaces', and both for how
  * long the sampler has fed them (since start-up: they are not kept across
  * a restart, and the advice does not use them until that is one time
- * constant); tsmove.tablespace_recent_io(horizon) their totals per
- * tablespace over every database (each entry remembers the tablespace its
- * relation was last read in).  The advice divides one relation's by its
- * tablespace's total, so the decay cancels out of a steady load, and a
- * quiet database's relation is not given the share of a busy database's
- * reads of the same tablespace.  Three quantities: blocks read from outside shared
- * buffers, rows changed (inserted, updated, deleted), and rows that
- * changed every index (inserted, or updated not HOT: an index's writes).
+ * constant).  The advice divides a relation's by its tablespace's, so the
+ * decay cancels out of a steady load, and a quiet database's relation is
+ * not given the share of a busy database's reads of the same tablespace.
+ * Three quantities: blocks read from outside shared buffers, rows changed
+ * (inserted, updated, deleted), and rows that changed every index
+ * (inserted, or updated not HOT: an index's writes).
  *
- * The sampler feeds it (tablespace_io.c, each relation's deltas since its
- * previous sample); the decay is applied when a relation is next fed or
- * read.  A relation whose statistics are dropped is forgotten with them;
- * when the table is full, the least active entries make room.
- * The table is sized as the relation map; relations that do not fit are
- * not followed (they count for nothing in their tablespace's recent sums;
- * after a restart, when the sums are empty, the advice falls back to the
- * cumulative counters: the sums live in shared memory only).
+ * The sampler feeds them (tablespace_io.c, each relation's deltas since its
+ * previous sample); the decay is applied when a sum is next fed or read.
+ * A relation whose statistics are dropped is forgotten with them; when the
+ * table is full, the least active entries make room.  The table is sized
+ * as the relation map; relations that do not fit are not followed (their
+ * tablespace counts them all the same; after a restart, when the sums are
+ * empty, the advice falls back to the cumulative counters: the sums live
+ * in shared memory only).  Tablespaces: TSM_MAX_TABLESPACES, as the
+ * monitor; a new one beyond them takes the least active one's place.
  *
  * Locking: the recent lock, exclusive while the sampler feeds a sample's
  * relations in one go, shared while tsmove.relation_recent_io() copies its
- * database's entries or tsmove.tablespace_recent_io() adds up all.
+ * database's entries or tsmove.tablespace_recent_io() the tablespaces'.
  *
  *-------------------------------------------------------------------------
  */
@@ -70,20 +74,33 @@ typedef struct TsmRecentKey
 	Oid			relid;
 } TsmRecentKey;
 
-typedef struct TsmRecentEntry
+/* Decayed sums, one per time constant. */
+typedef struct TsmRecentSums
 {
-	TsmRecentKey key;
-	Oid			spcoid;			/* the tablespace it was last read in */
-	TimestampTz updated;		/* when the sums were last decayed */
+	TimestampTz updated;		/* when they were last decayed */
 	float4		blocks_read[TSM_RECENT_SCALES];
 	float4		rows_changed[TSM_RECENT_SCALES];
 	float4		index_rows[TSM_RECENT_SCALES];
+} TsmRecentSums;
+
+typedef struct TsmRecentEntry
+{
+	TsmRecentKey key;
+	TsmRecentSums sums;
 } TsmRecentEntry;
+
+typedef struct TsmRecentTablespace
+{
+	Oid			spcoid;
+	TsmRecentSums sums;
+} TsmRecentTablespace;
 
 typedef struct TsmRecentShared
 {
 	LWLock	   *lock;
 	TimestampTz first_fed;		/* the sampler's first sample since start-up */
+	int			ntablespaces;
+	TsmRecentTablespace tablespaces[TSM_MAX_TABLESPACES];
 } TsmRecentShared;
 
 static TsmRecentShared *tsm_recent = NULL;
@@ -107,6 +124,7 @@ tsm_recent_shmem_init(void)
 	{
 		tsm_recent->lock = tsm_monitor_lock(TSM_LOCK_RECENT);
 		tsm_recent->first_fed = 0;
+		tsm_recent->ntablespaces = 0;
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(TsmRecentKey);
@@ -115,11 +133,19 @@ tsm_recent_shmem_init(void)
 										  tsm_relation_map_size, &info, HASH_ELEM | HASH_BLOBS);
 }
 
-/* Decay an entry's sums to now. */
+/* Zeroed sums, as of now. */
 static void
-decay(TsmRecentEntry *e, TimestampTz now)
+sums_init(TsmRecentSums *sums, TimestampTz now)
 {
-	double		age_s = (double) (now - e->updated) / USECS_PER_SEC;
+	memset(sums, 0, sizeof(*sums));
+	sums->updated = now;
+}
+
+/* Decay sums to now. */
+static void
+decay(TsmRecentSums *sums, TimestampTz now)
+{
+	double		age_s = (double) (now - sums->updated) / USECS_PER_SEC;
 
 	if (age_s <= 0)
 		return;
@@ -127,20 +153,33 @@ decay(TsmRecentEntry *e, TimestampTz now)
 	{
 		double		f = exp(-age_s / recent_tau_s[k]);
 
-		e->blocks_read[k] *= f;
-		e->rows_changed[k] *= f;
-		e->index_rows[k] *= f;
+		sums->blocks_read[k] *= f;
+		sums->rows_changed[k] *= f;
+		sums->index_rows[k] *= f;
 	}
-	e->updated = now;
+	sums->updated = now;
 }
 
-/* An entry's weight at the longest time constant. */
+/* Decay sums to now and add one sample's deltas. */
+static void
+add_sample(TsmRecentSums *sums, const TsmRecentSample *sample, TimestampTz now)
+{
+	decay(sums, now);
+	for (int k = 0; k < TSM_RECENT_SCALES; k++)
+	{
+		sums->blocks_read[k] += (float4) sample->blocks_read;
+		sums->rows_changed[k] += (float4) sample->rows_changed;
+		sums->index_rows[k] += (float4) sample->index_rows;
+	}
+}
+
+/* The sums' weight at the longest time constant (decayed beforehand). */
 static double
-weight(const TsmRecentEntry *e)
+weight(const TsmRecentSums *sums)
 {
 	int			last = TSM_RECENT_SCALES - 1;
 
-	return (double) e->blocks_read[last] + e->rows_changed[last] + e->index_rows[last];
+	return (double) sums->blocks_read[last] + sums->rows_changed[last] + sums->index_rows[last];
 }
 
 /*
@@ -162,8 +201,8 @@ forget_faded(TimestampTz now)
 		hash_seq_init(&seq, tsm_recent_hash);
 		while ((e = hash_seq_search(&seq)) != NULL)
 		{
-			decay(e, now);
-			if (weight(e) < below)
+			decay(&e->sums, now);
+			if (weight(&e->sums) < below)
 			{
 				hash_search(tsm_recent_hash, &e->key, HASH_REMOVE, NULL);
 				freed++;
@@ -202,14 +241,46 @@ table_full(void)
 }
 
 /*
+ * The sums of a tablespace, made when new; a new one beyond
+ * TSM_MAX_TABLESPACES takes the place of the least active.  The recent
+ * lock held exclusively.
+ */
+static TsmRecentSums *
+tablespace_sums(Oid spcoid, TimestampTz now)
+{
+	TsmRecentTablespace *t = NULL;
+
+	for (int i = 0; i < tsm_recent->ntablespaces; i++)
+		if (tsm_recent->tablespaces[i].spcoid == spcoid)
+			return &tsm_recent->tablespaces[i].sums;
+	if (tsm_recent->ntablespaces < TSM_MAX_TABLESPACES)
+		t = &tsm_recent->tablespaces[tsm_recent->ntablespaces++];
+	else
+	{
+		for (int i = 0; i < TSM_MAX_TABLESPACES; i++)
+		{
+			decay(&tsm_recent->tablespaces[i].sums, now);
+			if (t == NULL || weight(&tsm_recent->tablespaces[i].sums) < weight(&t->sums))
+				t = &tsm_recent->tablespaces[i];
+		}
+	}
+	t->spcoid = spcoid;
+	sums_init(&t->sums, now);
+	return &t->sums;
+}
+
+/*
  * tsm_recent_feed
- *		Add one sample's deltas (relations with any) at time now.  The
- *		sampler only; takes the recent lock exclusively, once.
+ *		Add one sample's deltas (relations with any) at time now, to each
+ *		relation and to its tablespace.  The sampler only; takes the recent
+ *		lock exclusively, once.
  */
 void
 tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
 {
 	bool		swept = false;
+	TsmRecentSums *spc = NULL;
+	Oid			spc_of = InvalidOid;
 
 	LWLockAcquire(tsm_recent->lock, LW_EXCLUSIVE);
 	if (tsm_recent->first_fed == 0)
@@ -220,10 +291,17 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
 		TsmRecentEntry *e;
 		bool		found;
 
+		/* (a sample's relations come mostly grouped by tablespace) */
+		if (spc == NULL || spc_of != samples[i].spcoid)
+		{
+			spc = tablespace_sums(samples[i].spcoid, now);
+			spc_of = samples[i].spcoid;
+		}
+		add_sample(spc, &samples[i], now);
+
 		key.dbid = samples[i].dbid;
 		key.relid = samples[i].relid;
 		e = hash_search(tsm_recent_hash, &key, HASH_FIND, NULL);
-		found = (e != NULL);
 		if (e == NULL && table_full() && !swept)
 		{
 			forget_faded(now);
@@ -231,23 +309,13 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
 		}
 		if (e == NULL && !table_full())
 			e = hash_search(tsm_recent_hash, &key, HASH_ENTER_NULL, &found);
+		else
+			found = true;
 		if (e == NULL)
 			continue;			/* not followed: the table is full */
 		if (!found)
-		{
-			memset(e->blocks_read, 0, sizeof(e->blocks_read));
-			memset(e->rows_changed, 0, sizeof(e->rows_changed));
-			memset(e->index_rows, 0, sizeof(e->index_rows));
-			e->updated = now;
-		}
-		decay(e, now);
-		e->spcoid = samples[i].spcoid;
-		for (int k = 0; k < TSM_RECENT_SCALES; k++)
-		{
-			e->blocks_read[k] += (float4) samples[i].blocks_read;
-			e->rows_changed[k] += (float4) samples[i].rows_changed;
-			e->index_rows[k] += (float4) samples[i].index_rows;
-		}
+			sums_init(&e->sums, now);
+		add_sample(&e->sums, &samples[i], now);
 	}
 	LWLockRelease(tsm_recent->lock);
 }
@@ -342,11 +410,11 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 		Datum		values[TSM_RECENT_COLS];
 		bool		nulls[TSM_RECENT_COLS] = {0};
 
-		decay(&copies[i], now);
+		decay(&copies[i].sums, now);
 		values[0] = ObjectIdGetDatum(copies[i].key.relid);
-		values[1] = Float8GetDatum(copies[i].blocks_read[k]);
-		values[2] = Float8GetDatum(copies[i].rows_changed[k]);
-		values[3] = Float8GetDatum(copies[i].index_rows[k]);
+		values[1] = Float8GetDatum(copies[i].sums.blocks_read[k]);
+		values[2] = Float8GetDatum(copies[i].sums.rows_changed[k]);
+		values[3] = Float8GetDatum(copies[i].sums.index_rows[k]);
 		values[4] = Float8GetDatum(recent_tau_s[k]);
 		values[5] = Float8GetDatum(followed_s);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -354,31 +422,19 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* One tablespace's totals, for tsmove.tablespace_recent_io(). */
-typedef struct TsmRecentTotal
-{
-	Oid			spcoid;
-	double		blocks_read;
-	double		rows_changed;
-	double		index_rows;
-} TsmRecentTotal;
-
 /*
- * tsmove.tablespace_recent_io(horizon): per tablespace, the decayed sums of
- * every database's relations last read there, at the time constant nearest
- * half the horizon.  Adds up under the lock (the entries are not copied:
- * there may be many), decaying each to now as it goes.
+ * tsmove.tablespace_recent_io(horizon): each tablespace's decayed sums (of
+ * every database's relations) at the time constant nearest half the
+ * horizon.
  */
 Datum
 tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TimestampTz now = GetCurrentTimestamp();
-	HASH_SEQ_STATUS seq;
-	TsmRecentEntry *e;
-	TsmRecentTotal totals[TSM_MAX_TABLESPACES];
+	TsmRecentTablespace copies[TSM_MAX_TABLESPACES];
 	double		followed_s;
-	int			n = 0,
+	int			n,
 				k;
 
 	tsm_monitor_require_preload();
@@ -387,28 +443,8 @@ tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
 
 	LWLockAcquire(tsm_recent->lock, LW_SHARED);
 	followed_s = followed_seconds(now);
-	hash_seq_init(&seq, tsm_recent_hash);
-	while ((e = hash_seq_search(&seq)) != NULL)
-	{
-		double		f = exp(-Max((double) (now - e->updated) / USECS_PER_SEC, 0) / recent_tau_s[k]);
-		int			slot;
-
-		for (slot = 0; slot < n; slot++)
-			if (totals[slot].spcoid == e->spcoid)
-				break;
-		if (slot == n)
-		{
-			if (n == TSM_MAX_TABLESPACES)
-				continue;		/* as the monitor, which follows no more */
-			totals[n].spcoid = e->spcoid;
-			totals[n].blocks_read = totals[n].rows_changed = totals[n].index_rows = 0;
-			n++;
-		}
-		/* decayed to now without writing the shared entry (a shared lock) */
-		totals[slot].blocks_read += e->blocks_read[k] * f;
-		totals[slot].rows_changed += e->rows_changed[k] * f;
-		totals[slot].index_rows += e->index_rows[k] * f;
-	}
+	n = tsm_recent->ntablespaces;
+	memcpy(copies, tsm_recent->tablespaces, n * sizeof(TsmRecentTablespace));
 	LWLockRelease(tsm_recent->lock);
 
 	for (int i = 0; i < n; i++)
@@ -416,10 +452,11 @@ tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
 		Datum		values[TSM_RECENT_SPC_COLS];
 		bool		nulls[TSM_RECENT_SPC_COLS] = {0};
 
-		values[0] = ObjectIdGetDatum(totals[i].spcoid);
-		values[1] = Float8GetDatum(totals[i].blocks_read);
-		values[2] = Float8GetDatum(totals[i].rows_changed);
-		values[3] = Float8GetDatum(totals[i].index_rows);
+		decay(&copies[i].sums, now);
+		values[0] = ObjectIdGetDatum(copies[i].spcoid);
+		values[1] = Float8GetDatum(copies[i].sums.blocks_read[k]);
+		values[2] = Float8GetDatum(copies[i].sums.rows_changed[k]);
+		values[3] = Float8GetDatum(copies[i].sums.index_rows[k]);
 		values[4] = Float8GetDatum(recent_tau_s[k]);
 		values[5] = Float8GetDatum(followed_s);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
