@@ -110,6 +110,9 @@ def test_eval_smoke(tmp_path):
                                                 "b": "hdb", "b_pkey": "hdb"}, r["checks"]
         else:
             assert tr["error"] and tr["error"][:60] in md, (m.key, tr)
+        if m.key not in ("alter", "repack", "offline_copy", "autopilot") and tr["finished"]:
+            # a pg_tsmove job ran: the timeline sampled it once a second
+            assert r["job_timeline"]["rows"], (m.key, r["job_timeline"])
         groups = r["metrics"]["groups"]
         for g in ("select", "update_a", "update_b"):
             assert groups[g]["after_warmup"] > 0, (m.key, g, groups[g])
@@ -178,3 +181,25 @@ def test_time_to_stable_is_when_throughput_recovers():
     # Never recovers before the final window: reported as None.
     series = synthetic_run([0] * 30 + [1], settle)
     assert report.time_to_stable(series, 100.0, settle, final) is None
+
+
+def test_the_lowest_window_is_matched_with_what_the_job_did():
+    # update_b at 1/s, except no transaction in [103, 108): the lowest 5 s
+    # start at 103
+    series = synthetic_run([1, 1, 1, 0, 0, 0, 0, 0, 1])
+    tpm, start = report.lowest_window(series, "update_b", 100.0, 115.0)
+    assert (tpm, start) == (0.0, 103.0)
+    cols = ["t", "job_id", "state", "blocks_copied", "blocks_recopied", "dirty_backlog",
+            "bytes_written", "switch_attempts", "lock_wait_ms", "pace_mb_s"]
+    rows = [[100.0 + k, 7, "copying" if k < 4 else "catching_up", 100 * k, 10 * k, 0,
+             8192 * 110 * k, max(0, k - 4), 20.0 * max(0, k - 4), 4.0] for k in range(12)]
+    rows.append([105.0, 8, "copying", 0, 0, 0, 0, 0, None, None])
+    got = report.job_in_window({"columns": cols, "rows": rows}, 103.0, 108.0)
+    # from the sample at 103 to the one at 108: 5 s of job 7; job 8 only
+    # started inside, so its deltas count from its first sample
+    assert got[0] == {"job_id": 7, "states": ["catching_up", "copying"], "copied": 500,
+                      "recopied": 50, "mb_written": round(8192 * 110 * 5 / 1e6, 1),
+                      "switch_attempts": 4, "lock_wait_ms": 80.0, "pace_mb_s": 4.0}, got
+    assert got[1]["job_id"] == 8 and got[1]["copied"] == 0 and got[1]["lock_wait_ms"] == 0
+    assert report.job_in_window({"columns": cols, "rows": []}, 103.0, 108.0) == []
+    assert report.job_in_window(None, 103.0, 108.0) == []

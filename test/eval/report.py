@@ -47,12 +47,47 @@ def group_tpm(series, group, t1, t2, per_stream=True):
     return total / len(names) if per_stream else total
 
 
-def lowest_tpm(series, group, t1, t2, width=5.0):
-    """Lowest TPM over windows of `width` s (1 s steps) inside [t1, t2];
-    a shorter transition is one window."""
+def lowest_window(series, group, t1, t2, width=5.0):
+    """(lowest TPM, its window's start) over windows of `width` s (1 s
+    steps) inside [t1, t2]; a shorter transition is one window."""
     width = min(width, max(t2 - t1, 1e-3))
-    return min(group_tpm(series, group, a, a + width)
+    return min((group_tpm(series, group, a, a + width), a)
                for a in window_starts(t1, t2 - width, 1.0))
+
+
+def lowest_tpm(series, group, t1, t2, width=5.0):
+    """Lowest TPM over windows of `width` s inside [t1, t2] (lowest_window)."""
+    return lowest_window(series, group, t1, t2, width)[0]
+
+
+def job_in_window(timeline, t1, t2):
+    """What the jobs did between t1 and t2 (epoch s), from the samples of
+    run_eval.JobTimeline nearest before t1 and at or before t2: per job,
+    its states, blocks copied and re-copied, switch attempts and lock
+    wait in that span, and its pace at the end; [] without samples."""
+    if not timeline or not timeline.get("rows"):
+        return []
+    cols = timeline["columns"]
+    rows = [dict(zip(cols, r)) for r in timeline["rows"]]
+    out = []
+    for job in sorted({r["job_id"] for r in rows}):
+        mine = [r for r in rows if r["job_id"] == job]
+        before = [r for r in mine if r["t"] <= t1] or mine[:1]
+        inside = [r for r in mine if t1 < r["t"] <= t2]
+        if not inside:
+            continue
+        a, b = before[-1], inside[-1]
+
+        def delta(k):
+            return (b[k] or 0) - (a[k] or 0)
+        out.append({"job_id": job,
+                    "states": sorted({r["state"] for r in [a] + inside}),
+                    "copied": delta("blocks_copied"), "recopied": delta("blocks_recopied"),
+                    "mb_written": round(delta("bytes_written") / 1e6, 1),
+                    "switch_attempts": delta("switch_attempts"),
+                    "lock_wait_ms": round(delta("lock_wait_ms"), 1),
+                    "pace_mb_s": b["pace_mb_s"]})
+    return out
 
 
 def window_starts(first, last, step):
@@ -96,9 +131,13 @@ def method_metrics(run_result, settings):
          "transition_s": te - ts, "groups": {}}
     final_mean = {}
     for g, _ in GROUPS:
+        lowest, lowest_at = lowest_window(series, g, ts, te)
         gm = {"after_warmup": group_tpm(series, g, *base),
               "during": group_tpm(series, g, ts, te),
-              "lowest_5s_during": lowest_tpm(series, g, ts, te),
+              "lowest_5s_during": lowest,
+              "lowest_5s_start_s": lowest_at - ts,
+              "lowest_5s_jobs": job_in_window(run_result.get("job_timeline"),
+                                              lowest_at, lowest_at + 5.0),
               "final": group_tpm(series, g, *final)}
         final_mean[g] = gm["final"]
         m["groups"][g] = gm
@@ -260,6 +299,16 @@ def markdown(res):
                             "%.1f" % j["switch_ms"] if j["switch_ms"] is not None else "-"))
         for t in r.get("switch_timings", []):
             notes.append("%d. %s: %s" % (i, r["label"], t))
+        for g, _ in GROUPS:
+            gm = r.get("metrics", {}).get("groups", {}).get(g, {})
+            for j in gm.get("lowest_5s_jobs", []):
+                notes.append("%d. %s: the lowest 5 s of %s (%s s into the transition): job %s "
+                             "%s, %s blocks copied, %s re-copied, %s MB written, %s switch "
+                             "attempts, lock wait %s ms, pace %s MB/s at its end"
+                             % (i, r["label"], GROUP_LABELS[g], "%.0f" % gm["lowest_5s_start_s"],
+                                j["job_id"], "/".join(j["states"]), j["copied"], j["recopied"],
+                                j["mb_written"], j["switch_attempts"], j["lock_wait_ms"],
+                                j["pace_mb_s"]))
     if notes:
         lines.append("")
         lines += ["- " + n for n in notes]

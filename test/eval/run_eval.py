@@ -175,6 +175,41 @@ class Progress(threading.Thread):
                 log(self.line())
 
 
+class JobTimeline(threading.Thread):
+    """Samples the running pg_tsmove jobs once a second during the
+    transition, so that a dip of the streams can be matched with what the
+    move was doing then (report.py: the worst 5 s of each stream group).
+    Tolerates a server that is down (the offline method stops it)."""
+
+    COLUMNS = ("t", "job_id", "state", "blocks_copied", "blocks_recopied", "dirty_backlog",
+               "bytes_written", "switch_attempts", "lock_wait_ms", "pace_mb_s")
+
+    def __init__(self, cluster, every=1.0):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.every = every
+        self.stop_event = threading.Event()
+        self.rows = []
+
+    def run(self):
+        while not self.stop_event.wait(self.every):
+            try:
+                rows = self.cluster.sql(
+                    "SELECT extract(epoch FROM clock_timestamp())::float8, job_id, state, "
+                    "blocks_copied, blocks_recopied, dirty_backlog, bytes_written, "
+                    "switch_attempts, lock_wait_ms::float8, pace_mb_s::float8 "
+                    "FROM tsmove.jobs WHERE state NOT IN ('done', 'failed', 'cancelled', 'skipped') "
+                    "ORDER BY job_id")
+            except Exception:
+                continue
+            self.rows += [list(r) for r in rows]
+
+    def stop(self):
+        self.stop_event.set()
+        self.join()
+        return {"columns": list(self.COLUMNS), "rows": self.rows}
+
+
 def _live_tpm(stream):
     """TPM of the last pgbench -P report of the stream's current segment."""
     if not stream.segments:
@@ -304,6 +339,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
         sleep_until(res["t_streams_start"] + args.warmup_s)
         progress.set("transition")
         t_transition = time.time()
+        timeline = JobTimeline(cluster)
+        timeline.start()
         try:
             tr = method.run(run)
         except Exception as e:
@@ -312,6 +349,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
                                             type(e).__name__, e))
             res["exception"] = traceback.format_exc()
             log("%s raised: %s" % (method.label, e))
+        finally:
+            res["job_timeline"] = timeline.stop()
         res["transition"] = tr.__dict__
         log("%s: transition %s in %.1f s%s" % (
             method.label, "finished" if tr.finished else "NOT finished",
