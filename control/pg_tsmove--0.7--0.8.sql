@@ -347,7 +347,9 @@ BEGIN
     -- quiet database's for a busy one's)
     spc_reads AS (
         SELECT r.spcoid, sum(r.blocks_read) AS blocks_read,
-               greatest(sum(r.recent_read), max(sx.blocks_read)) AS recent_read
+               -- (every database's; this one's where the sampler does not
+               -- follow the tablespace)
+               coalesce(max(sx.blocks_read), sum(r.recent_read)) AS recent_read
         FROM rel r
         LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),

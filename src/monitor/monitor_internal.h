@@ -209,7 +209,8 @@ extern void tsm_relmap_schedule(TimestampTz now);
 /* recent_io.c */
 extern Size tsm_recent_shmem_size(void);
 extern void tsm_recent_shmem_init(void);
-extern void tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now);
+extern void tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now,
+							const Oid *tablespaces, int ntablespaces);
 extern void tsm_recent_forget(const TsmRecentSample *gone, int n);
 
 /* coaccess.c */

@@ -15,7 +15,8 @@
  * relations, fed with the same deltas where the relation map placed the
  * relation at the time (as the history counts them): a dropped relation's
  * reads stay there until they fade, a moved one's stay where they were
- * done.  tsmove.relation_recent_io(horizon) gives this database's
+ * done, and a relation's own sums start again from zero when it is seen
+ * in another tablespace (its share there counts its reads there only).  tsmove.relation_recent_io(horizon) gives this database's
  * relations' sums at the time constant nearest half the horizon (the mean
  * age of a reading within a window of that length),
  * tsmove.tablespace_recent_io(horizon) the tablespaces', and both for how
@@ -35,8 +36,11 @@
  * as the relation map; relations that do not fit are not followed (their
  * tablespace counts them all the same; after a restart, when the sums are
  * empty, the advice falls back to the cumulative counters: the sums live
- * in shared memory only).  Tablespaces: TSM_MAX_TABLESPACES, as the
- * monitor; a new one beyond them takes the least active one's place.
+ * in shared memory only).  Tablespaces: those the sampler follows (at
+ * most TSM_MAX_TABLESPACES); one it no longer lists (dropped) is
+ * forgotten.  A feed adds up each tablespace's deltas in integers and
+ * adds them to its sums once: a small relation's few blocks are not lost
+ * below a large float4 sum's precision.
  *
  * Locking: the recent lock, exclusive while the sampler feeds a sample's
  * relations in one go, shared while tsmove.relation_recent_io() copies its
@@ -62,8 +66,8 @@ PG_FUNCTION_INFO_V1(tsm_relation_recent_io);
 PG_FUNCTION_INFO_V1(tsm_tablespace_recent_io);
 
 #define TSM_RECENT_SCALES 6
+/* Columns of both functions' rows: oid, three sums, time constant, followed. */
 #define TSM_RECENT_COLS 6
-#define TSM_RECENT_SPC_COLS 6
 
 /* The time constants, in seconds. */
 static const double recent_tau_s[TSM_RECENT_SCALES] = {5, 30, 180, 1080, 6480, 38880};
@@ -86,6 +90,7 @@ typedef struct TsmRecentSums
 typedef struct TsmRecentEntry
 {
 	TsmRecentKey key;
+	Oid			spcoid;			/* where its sums were read and written */
 	TsmRecentSums sums;
 } TsmRecentEntry;
 
@@ -160,16 +165,17 @@ decay(TsmRecentSums *sums, TimestampTz now)
 	sums->updated = now;
 }
 
-/* Decay sums to now and add one sample's deltas. */
+/* Decay sums to now and add deltas. */
 static void
-add_sample(TsmRecentSums *sums, const TsmRecentSample *sample, TimestampTz now)
+add_deltas(TsmRecentSums *sums, int64 blocks_read, int64 rows_changed, int64 index_rows,
+		   TimestampTz now)
 {
 	decay(sums, now);
 	for (int k = 0; k < TSM_RECENT_SCALES; k++)
 	{
-		sums->blocks_read[k] += (float4) sample->blocks_read;
-		sums->rows_changed[k] += (float4) sample->rows_changed;
-		sums->index_rows[k] += (float4) sample->index_rows;
+		sums->blocks_read[k] += (float4) blocks_read;
+		sums->rows_changed[k] += (float4) rows_changed;
+		sums->index_rows[k] += (float4) index_rows;
 	}
 }
 
@@ -241,63 +247,82 @@ table_full(void)
 }
 
 /*
- * The sums of a tablespace, made when new; a new one beyond
- * TSM_MAX_TABLESPACES takes the place of the least active.  The recent
- * lock held exclusively.
+ * Add a feed's deltas, added up per tablespace, to the tablespaces' sums;
+ * first forget those the sampler no longer follows.  The recent lock held
+ * exclusively.
  */
-static TsmRecentSums *
-tablespace_sums(Oid spcoid, TimestampTz now)
+static void
+feed_tablespaces(const TsmRecentSample *samples, int n, TimestampTz now,
+				 const Oid *followed, int nfollowed)
 {
-	TsmRecentTablespace *t = NULL;
+	int64	   *deltas = palloc0(Max(nfollowed, 1) * 3 * sizeof(int64));
+	int			kept = 0;
 
 	for (int i = 0; i < tsm_recent->ntablespaces; i++)
-		if (tsm_recent->tablespaces[i].spcoid == spcoid)
-			return &tsm_recent->tablespaces[i].sums;
-	if (tsm_recent->ntablespaces < TSM_MAX_TABLESPACES)
-		t = &tsm_recent->tablespaces[tsm_recent->ntablespaces++];
-	else
 	{
-		for (int i = 0; i < TSM_MAX_TABLESPACES; i++)
-		{
-			decay(&tsm_recent->tablespaces[i].sums, now);
-			if (t == NULL || weight(&tsm_recent->tablespaces[i].sums) < weight(&t->sums))
-				t = &tsm_recent->tablespaces[i];
-		}
+		bool		listed = false;
+
+		for (int j = 0; j < nfollowed && !listed; j++)
+			listed = (followed[j] == tsm_recent->tablespaces[i].spcoid);
+		if (listed)
+			tsm_recent->tablespaces[kept++] = tsm_recent->tablespaces[i];
 	}
-	t->spcoid = spcoid;
-	sums_init(&t->sums, now);
-	return &t->sums;
+	tsm_recent->ntablespaces = kept;
+
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < nfollowed; j++)
+			if (followed[j] == samples[i].spcoid)
+			{
+				deltas[3 * j] += samples[i].blocks_read;
+				deltas[3 * j + 1] += samples[i].rows_changed;
+				deltas[3 * j + 2] += samples[i].index_rows;
+				break;
+			}
+
+	for (int j = 0; j < nfollowed; j++)
+	{
+		TsmRecentTablespace *t = NULL;
+
+		if (deltas[3 * j] == 0 && deltas[3 * j + 1] == 0 && deltas[3 * j + 2] == 0)
+			continue;
+		for (int i = 0; i < tsm_recent->ntablespaces && t == NULL; i++)
+			if (tsm_recent->tablespaces[i].spcoid == followed[j])
+				t = &tsm_recent->tablespaces[i];
+		if (t == NULL)
+		{
+			if (tsm_recent->ntablespaces == TSM_MAX_TABLESPACES)
+				continue;		/* (the sampler follows no more than that) */
+			t = &tsm_recent->tablespaces[tsm_recent->ntablespaces++];
+			t->spcoid = followed[j];
+			sums_init(&t->sums, now);
+		}
+		add_deltas(&t->sums, deltas[3 * j], deltas[3 * j + 1], deltas[3 * j + 2], now);
+	}
+	pfree(deltas);
 }
 
 /*
  * tsm_recent_feed
  *		Add one sample's deltas (relations with any) at time now, to each
- *		relation and to its tablespace.  The sampler only; takes the recent
- *		lock exclusively, once.
+ *		relation and to its tablespace; followed lists the tablespaces the
+ *		sampler follows.  The sampler only; takes the recent lock
+ *		exclusively, once.
  */
 void
-tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
+tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now,
+				const Oid *followed, int nfollowed)
 {
 	bool		swept = false;
-	TsmRecentSums *spc = NULL;
-	Oid			spc_of = InvalidOid;
 
 	LWLockAcquire(tsm_recent->lock, LW_EXCLUSIVE);
 	if (tsm_recent->first_fed == 0)
 		tsm_recent->first_fed = now;
+	feed_tablespaces(samples, n, now, followed, nfollowed);
 	for (int i = 0; i < n; i++)
 	{
 		TsmRecentKey key;
 		TsmRecentEntry *e;
 		bool		found;
-
-		/* (a sample's relations come mostly grouped by tablespace) */
-		if (spc == NULL || spc_of != samples[i].spcoid)
-		{
-			spc = tablespace_sums(samples[i].spcoid, now);
-			spc_of = samples[i].spcoid;
-		}
-		add_sample(spc, &samples[i], now);
 
 		key.dbid = samples[i].dbid;
 		key.relid = samples[i].relid;
@@ -313,9 +338,14 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now)
 			found = true;
 		if (e == NULL)
 			continue;			/* not followed: the table is full */
-		if (!found)
+		/* new, or moved: its sums count what it did where it is */
+		if (!found || e->spcoid != samples[i].spcoid)
+		{
+			e->spcoid = samples[i].spcoid;
 			sums_init(&e->sums, now);
-		add_sample(&e->sums, &samples[i], now);
+		}
+		add_deltas(&e->sums, samples[i].blocks_read, samples[i].rows_changed,
+				   samples[i].index_rows, now);
 	}
 	LWLockRelease(tsm_recent->lock);
 }
@@ -375,6 +405,27 @@ followed_seconds(TimestampTz now)
 }
 
 /*
+ * One row of either function: an oid, a copy's sums at time constant k
+ * (decayed to now), the time constant and how long they were followed.
+ */
+static void
+put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
+			 double followed_s, TimestampTz now)
+{
+	Datum		values[TSM_RECENT_COLS];
+	bool		nulls[TSM_RECENT_COLS] = {0};
+
+	decay(sums, now);
+	values[0] = ObjectIdGetDatum(oid);
+	values[1] = Float8GetDatum(sums->blocks_read[k]);
+	values[2] = Float8GetDatum(sums->rows_changed[k]);
+	values[3] = Float8GetDatum(sums->index_rows[k]);
+	values[4] = Float8GetDatum(recent_tau_s[k]);
+	values[5] = Float8GetDatum(followed_s);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
  * tsmove.relation_recent_io(horizon): this database's relations with their
  * decayed sums at the time constant nearest half the horizon.
  */
@@ -406,19 +457,7 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 	LWLockRelease(tsm_recent->lock);
 
 	for (int i = 0; i < n; i++)
-	{
-		Datum		values[TSM_RECENT_COLS];
-		bool		nulls[TSM_RECENT_COLS] = {0};
-
-		decay(&copies[i].sums, now);
-		values[0] = ObjectIdGetDatum(copies[i].key.relid);
-		values[1] = Float8GetDatum(copies[i].sums.blocks_read[k]);
-		values[2] = Float8GetDatum(copies[i].sums.rows_changed[k]);
-		values[3] = Float8GetDatum(copies[i].sums.index_rows[k]);
-		values[4] = Float8GetDatum(recent_tau_s[k]);
-		values[5] = Float8GetDatum(followed_s);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+		put_sums_row(rsinfo, copies[i].key.relid, &copies[i].sums, k, followed_s, now);
 	return (Datum) 0;
 }
 
@@ -448,18 +487,6 @@ tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
 	LWLockRelease(tsm_recent->lock);
 
 	for (int i = 0; i < n; i++)
-	{
-		Datum		values[TSM_RECENT_SPC_COLS];
-		bool		nulls[TSM_RECENT_SPC_COLS] = {0};
-
-		decay(&copies[i].sums, now);
-		values[0] = ObjectIdGetDatum(copies[i].spcoid);
-		values[1] = Float8GetDatum(copies[i].sums.blocks_read[k]);
-		values[2] = Float8GetDatum(copies[i].sums.rows_changed[k]);
-		values[3] = Float8GetDatum(copies[i].sums.index_rows[k]);
-		values[4] = Float8GetDatum(recent_tau_s[k]);
-		values[5] = Float8GetDatum(followed_s);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+		put_sums_row(rsinfo, copies[i].spcoid, &copies[i].sums, k, followed_s, now);
 	return (Datum) 0;
 }

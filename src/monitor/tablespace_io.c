@@ -662,7 +662,14 @@ attribute_logical_io(TsmTablespaceIo *spcs, int nspcs, bool baseline, TimestampT
 	}
 
 	/* after the loop: it held the relmap lock (no two monitor locks at once) */
-	tsm_recent_feed(recent, nrecent, now);
+	{
+		Oid		   *followed = palloc(Max(nspcs, 1) * sizeof(Oid));
+
+		for (int i = 0; i < nspcs; i++)
+			followed[i] = spcs[i].spcoid;
+		tsm_recent_feed(recent, nrecent, now, followed, nspcs);
+		pfree(followed);
+	}
 
 	/* forget relations whose statistics were dropped, here and there */
 	pfree(recent);
