@@ -35,6 +35,10 @@ def server_version(cluster):
 
 def assert_same_data(primary, standby, table):
     """Equal row hashes on both, one live row per key, amcheck clean."""
+    # (amcheck made on the primary and replayed first: the standby cannot
+    #  create it, and a check on the primary right before it races with
+    #  the replay of its CREATE EXTENSION)
+    primary.sql("CREATE EXTENSION IF NOT EXISTS amcheck")
     primary.wait_for_replay(standby)
     for cluster in (primary, standby):
         assert cluster.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM %s" % table)
