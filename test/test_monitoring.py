@@ -737,8 +737,13 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
 
     # moved to idle and read there: its sums start again (its reads on
     # busy stay there), so its share of idle's is its own, at most all
+    mild_hash = primary.row_hash("mild", "id", dbname="quiet")
     job = primary.sql_scalar("SELECT tsmove.move('mild', 'idle')", dbname="quiet")
     assert primary.sql_scalar("SELECT tsmove.wait(%s)", (job,), dbname="quiet") == "done"
+    # the data moved whole: same rows, one per key, amcheck clean
+    assert primary.row_hash("mild", "id", dbname="quiet") == mild_hash
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM mild", dbname="quiet")
+    assert primary.amcheck(dbname="quiet", relations=["mild"]) == []
     with primary.conn("quiet") as quiet:
         def moved_sums():
             quiet.execute("SELECT sum(length(pad)) FROM mild").fetchall()
