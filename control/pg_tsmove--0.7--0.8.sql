@@ -18,6 +18,26 @@
 \echo Use "ALTER EXTENSION pg_tsmove UPDATE TO '0.8'" to load this file. \quit
 
 /*
+ * Each relation's recent I/O (recent_io.c): now with the tablespace its
+ * sums were counted in (they restart when it is read in another).
+ */
+DROP FUNCTION tsmove.relation_recent_io(interval);
+CREATE FUNCTION tsmove.relation_recent_io(
+    horizon interval,
+    OUT relid oid,
+    OUT blocks_read double precision,
+    OUT rows_changed double precision,
+    OUT index_rows double precision,
+    OUT time_constant_s double precision,
+    OUT followed_s double precision,
+    OUT spcoid oid)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tsmove.relation_recent_io(pg_catalog.interval) TO pg_monitor;
+
+/*
  * Every database's recent reads and writes per tablespace (recent_io.c):
  * the same decayed sums as relation_recent_io()'s, fed where each relation
  * was at the time (a dropped relation's count until they fade), so that a
@@ -242,7 +262,7 @@ BEGIN
     -- keeps them since the server started: used once that is one time
     -- constant at least)
     recent AS MATERIALIZED (
-        SELECT x.relid, x.blocks_read::numeric AS blocks_read, x.rows_changed::numeric AS rows_changed,
+        SELECT x.relid, x.spcoid, x.blocks_read::numeric AS blocks_read, x.rows_changed::numeric AS rows_changed,
                x.index_rows::numeric AS index_rows, x.time_constant_s
         FROM tsmove.relation_recent_io(horizon) x
         WHERE recent_ok),
@@ -255,9 +275,9 @@ BEGIN
     -- the recent reads of each table's indexes, by table (a TOAST table's
     -- index counts as its table's)
     recent_index_reads AS MATERIALIZED (
-        SELECT ti.indrelid, sum(x.blocks_read) AS blocks_read
+        SELECT ti.indrelid, x.spcoid, sum(x.blocks_read) AS blocks_read
         FROM recent x JOIN pg_index ti ON ti.indexrelid = x.relid
-        GROUP BY ti.indrelid),
+        GROUP BY ti.indrelid, x.spcoid),
     -- relations this database could move, with their reads since the statistics reset
     rel AS MATERIALIZED (
         SELECT c.oid, c.relname, n.nspname, c.relkind,
@@ -306,9 +326,13 @@ BEGIN
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_database d ON d.datname = current_database()
-        LEFT JOIN recent rr ON rr.relid = c.oid
+        -- (its reads where it is now: a relation moved and not read since
+        --  has none there; its sums restart when it is)
+        LEFT JOIN recent rr ON rr.relid = c.oid AND rr.spcoid = CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END
         LEFT JOIN recent rt ON c.reltoastrelid <> 0 AND rt.relid = c.reltoastrelid
+                           AND rt.spcoid = CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END
         LEFT JOIN recent_index_reads rti ON c.reltoastrelid <> 0 AND rti.indrelid = c.reltoastrelid
+                                        AND rti.spcoid = CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END
         LEFT JOIN pg_index xi ON xi.indexrelid = c.oid
         LEFT JOIN recent rix ON rix.relid = xi.indrelid
         WHERE c.relkind IN ('r', 'm', 'i') AND c.relpersistence = 'p'

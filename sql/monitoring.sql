@@ -145,7 +145,8 @@ SELECT * FROM tsmove.tablespace_recent_io(NULL);
 SELECT * FROM tsmove.tablespace_recent_io('-1 second');
 \set SHOW_CONTEXT errors
 -- each relation's recent I/O: the time constant nearest half the horizon
-SELECT pg_catalog.count(*) FILTER (WHERE time_constant_s <> 1080) AS not_18_minutes
+SELECT pg_catalog.count(*) FILTER (WHERE time_constant_s <> 1080) AS not_18_minutes,
+       pg_catalog.count(*) FILTER (WHERE spcoid = 0) AS without_tablespace
 FROM tsmove.relation_recent_io('1 hour');
 -- and per tablespace, over every database (never 0: the default's own oid)
 SELECT pg_catalog.count(*) FILTER (WHERE spcoid = 0 OR time_constant_s <> 30) AS wrong

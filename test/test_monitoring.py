@@ -11,6 +11,7 @@ with the reason where any of these is missing.  Their filesystems live in
 files on /dev/shm, so they are devices of their own, backed by memory.
 """
 
+import math
 import os
 import re
 import shutil
@@ -693,9 +694,13 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
     make_table(primary, "hot", "busy", rows=120000)
     primary.sql("CREATE DATABASE quiet")
     primary.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
-    primary.sql("CREATE TABLE mild (id int, pad text) TABLESPACE busy", dbname="quiet")
+    # (no autovacuum: mild is read only when the test reads it)
+    primary.sql("CREATE TABLE mild (id int, pad text) WITH (autovacuum_enabled = off) "
+                "TABLESPACE busy", dbname="quiet")
     primary.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
                 dbname="quiet")
+    # (read on idle once mild has moved there)
+    primary.sql("CREATE TABLE other TABLESPACE idle AS SELECT * FROM mild", dbname="quiet")
     # (once the shares come from the recent sums: until the sampler has fed
     #  them for one time constant, each database's cumulative share is used)
     query = ("SELECT read_share_pct, assumptions FROM tsmove.advise_candidates(min_read_mb => 1, "
@@ -718,6 +723,12 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
                 mild = quiet.execute(query, ("mild",)).fetchone()
                 if (hot and mild) or time.monotonic() > deadline:
                     break
+            # every scan's counts flushed, and fed to the sums (sample_interval
+            # 200 ms), before they are read
+            for conn in (busy, quiet):
+                conn.execute("SELECT pg_stat_force_next_flush()").fetchall()
+                conn.execute("SELECT 1").fetchall()
+            time.sleep(0.6)
             # the tablespace's recent reads, beside mild's own, in one statement
             total, own = quiet.execute(
                 "SELECT x.blocks_read, r.blocks_read "
@@ -740,11 +751,41 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
     mild_hash = primary.row_hash("mild", "id", dbname="quiet")
     job = primary.sql_scalar("SELECT tsmove.move('mild', 'idle')", dbname="quiet")
     assert primary.sql_scalar("SELECT tsmove.wait(%s)", (job,), dbname="quiet") == "done"
-    # the data moved whole: same rows, one per key, amcheck clean
-    assert primary.row_hash("mild", "id", dbname="quiet") == mild_hash
-    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM mild", dbname="quiet")
-    assert primary.amcheck(dbname="quiet", relations=["mild"]) == []
     with primary.conn("quiet") as quiet:
+        # moved and not read since, while idle is made the busy device and
+        # another table is read there: mild's reads on busy are not its
+        # share of idle's (joined by relation alone they were, capped at 1:
+        # a move straight back)
+        stop = threading.Event()
+        writers = [threading.Thread(target=keep_writing, args=(os.path.join(idle_mnt, n), stop))
+                   for n in ("dd.out", "dd2.out")]
+        for w in writers:
+            w.start()
+        try:
+            def weighed_on_idle():
+                quiet.execute("SELECT sum(length(pad)) FROM other").fetchall()
+                rows = quiet.execute(
+                    "SELECT relation::text, max(read_share_pct) FROM tsmove.advise_candidates("
+                    "min_read_mb => 1, horizon => '40 seconds') "
+                    "WHERE source_tablespace = 'idle' AND kind = 'busy device' AND assumptions "
+                    "LIKE '%within its tablespace over the horizon (sums decayed%' "
+                    "GROUP BY relation").fetchall()
+                return dict(rows) if dict(rows).get("other", 0) > 50 else None
+            shares = wait_for(weighed_on_idle, 90, interval_s=0.5, what="other's share of idle")
+        finally:
+            stop.set()
+            for w in writers:
+                w.join()
+        assert "mild" in shares and shares["mild"] < 1, shares
+        idle_before = quiet.execute(
+            "SELECT x.blocks_read FROM tsmove.tablespace_recent_io('1 hour') x "
+            "JOIN pg_tablespace t ON t.oid = x.spcoid AND t.spcname = 'idle'").fetchone()[0]
+        idle_before_at = time.monotonic()
+        # the data moved whole: same rows, one per key, amcheck clean (after
+        # the shares: these read mild on idle)
+        assert primary.row_hash("mild", "id", dbname="quiet") == mild_hash
+        assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM mild", dbname="quiet")
+        assert primary.amcheck(dbname="quiet", relations=["mild"]) == []
         def moved_sums():
             quiet.execute("SELECT sum(length(pad)) FROM mild").fetchall()
             return quiet.execute(
@@ -754,12 +795,17 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
                 "tsmove.tablespace_recent_io('1 hour') b "
                 "JOIN pg_tablespace u ON u.oid = b.spcoid AND u.spcname = 'busy', "
                 "tsmove.relation_recent_io('1 hour') r "
-                "WHERE r.relid = 'mild'::regclass AND x.blocks_read >= 1000").fetchone()
+                "WHERE r.relid = 'mild'::regclass AND r.spcoid = x.spcoid "
+                "AND r.blocks_read >= 1000").fetchone()
         # (until the relation map sees the move, its reads count on busy: wait
         #  for a third of a scan of mild's 3 400 blocks to count on idle)
         idle_sum, mild_sum, busy_sum = wait_for(moved_sums, 60, interval_s=0.5,
                                                 what="reads of mild on idle")
-    assert mild_sum <= idle_sum * 1.05 and busy_sum > 2 * idle_sum, (idle_sum, mild_sum, busy_sum)
+        # (only mild is read on idle since idle_before, which has decayed
+        #  since with the 18-minute time constant)
+        idle_kept = idle_before * math.exp(-(time.monotonic() - idle_before_at) / 1080)
+    assert mild_sum <= (idle_sum - idle_kept) * 1.05 and busy_sum > 2 * mild_sum, \
+        (idle_before, idle_kept, idle_sum, mild_sum, busy_sum)
 
 
 # ---- history and report -------------------------------------------------------

@@ -66,8 +66,11 @@ PG_FUNCTION_INFO_V1(tsm_relation_recent_io);
 PG_FUNCTION_INFO_V1(tsm_tablespace_recent_io);
 
 #define TSM_RECENT_SCALES 6
-/* Columns of both functions' rows: oid, three sums, time constant, followed. */
-#define TSM_RECENT_COLS 6
+/*
+ * Columns of both functions' rows: oid, three sums, time constant,
+ * followed; relation_recent_io() adds the tablespace.
+ */
+#define TSM_RECENT_COLS 7
 
 /* The time constants, in seconds. */
 static const double recent_tau_s[TSM_RECENT_SCALES] = {5, 30, 180, 1080, 6480, 38880};
@@ -406,11 +409,12 @@ followed_seconds(TimestampTz now)
 
 /*
  * One row of either function: an oid, a copy's sums at time constant k
- * (decayed to now), the time constant and how long they were followed.
+ * (decayed to now), the time constant, how long they were followed and,
+ * for a relation (spcoid valid), the tablespace they were counted in.
  */
 static void
 put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
-			 double followed_s, TimestampTz now)
+			 double followed_s, TimestampTz now, Oid spcoid)
 {
 	Datum		values[TSM_RECENT_COLS];
 	bool		nulls[TSM_RECENT_COLS] = {0};
@@ -422,6 +426,7 @@ put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
 	values[3] = Float8GetDatum(sums->index_rows[k]);
 	values[4] = Float8GetDatum(recent_tau_s[k]);
 	values[5] = Float8GetDatum(followed_s);
+	values[6] = ObjectIdGetDatum(spcoid);	/* (not in the tablespaces' rows) */
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -457,7 +462,8 @@ tsm_relation_recent_io(PG_FUNCTION_ARGS)
 	LWLockRelease(tsm_recent->lock);
 
 	for (int i = 0; i < n; i++)
-		put_sums_row(rsinfo, copies[i].key.relid, &copies[i].sums, k, followed_s, now);
+		put_sums_row(rsinfo, copies[i].key.relid, &copies[i].sums, k, followed_s, now,
+					 copies[i].spcoid);
 	return (Datum) 0;
 }
 
@@ -487,6 +493,7 @@ tsm_tablespace_recent_io(PG_FUNCTION_ARGS)
 	LWLockRelease(tsm_recent->lock);
 
 	for (int i = 0; i < n; i++)
-		put_sums_row(rsinfo, copies[i].spcoid, &copies[i].sums, k, followed_s, now);
+		put_sums_row(rsinfo, copies[i].spcoid, &copies[i].sums, k, followed_s, now,
+					 InvalidOid);
 	return (Datum) 0;
 }
