@@ -19,7 +19,7 @@
 
 /*
  * Each relation's recent I/O (recent_io.c): now with the tablespace its
- * sums were counted in (they restart when it is read in another).
+ * sums were counted in (they restart when it is seen in another).
  */
 DROP FUNCTION tsmove.relation_recent_io(interval);
 CREATE FUNCTION tsmove.relation_recent_io(
