@@ -32,7 +32,7 @@ from workload import tpm_window  # noqa: E402
 
 SMOKE_ARGS = ["--rows", "3000", "--query-range", "500", "--warmup-s", "4",
               "--settle-s", "4", "--transition-timeout-s", "40",
-              "--disk-size-mb", "256", "--progress-s", "30"]
+              "--disk-size-mb", "256", "--progress-s", "30", "--control-s", "5"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -105,6 +105,12 @@ def test_eval_smoke(tmp_path):
             assert r["checks"]["placement"] == {"a": "hdb", "a_pkey": "hda",
                                                 "b": "hda", "b_pkey": "hda"}, r["checks"]
             assert "prediction" in tr["details"] and "measured_benefit_pct" in r["after_settle"]
+        elif m.key == "control":
+            # nothing moves, and the checks hold it to that
+            assert tr["finished"] and tr["details"]["moved"] == "", tr
+            assert r["checks"]["placement"] == {"a": "hda", "a_pkey": "hda",
+                                                "b": "hda", "b_pkey": "hda"}, r["checks"]
+            assert "x floor" not in row[0], row[0]
         elif tr["finished"]:
             assert r["checks"]["placement"] == {"a": "hda", "a_pkey": "hda",
                                                 "b": "hdb", "b_pkey": "hdb"}, r["checks"]

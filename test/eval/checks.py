@@ -47,7 +47,8 @@ def relation_files_under(directory):
 def run_checks(cluster, disks, expected, finished, old_tsb_dir=None, moved=None):
     """Returns {"ok": bool, "problems": [...], "placement": {...}}.  When
     `moved` names one relation (the autopilot's choice), a finished
-    transition must have put that one on HDB and left the others on HDA."""
+    transition must have put that one on HDB and left the others on HDA;
+    "" (the control): every relation stays on HDA."""
     problems = []
     for t in ("a", "b"):
         n = cluster.sql_scalar("SELECT count(*) FROM %s" % t)
@@ -67,9 +68,9 @@ def run_checks(cluster, disks, expected, finished, old_tsb_dir=None, moved=None)
     placement = {rel: relation_disk(cluster, disks, rel)
                  for rel in ("a", "a_pkey", "b", "b_pkey")}
     wanted = {"a": "hda", "a_pkey": "hda"}
-    if moved:
+    if moved is not None:               # "" (the control): nothing moved
         wanted.update({"b": "hda", "b_pkey": "hda"})
-        if finished:
+        if finished and moved:
             wanted[moved] = "hdb"
     elif finished:
         wanted.update({"b": "hdb", "b_pkey": "hdb"})

@@ -111,12 +111,14 @@ class EvalCluster(Cluster):
 class Run:
     """What a method needs: the cluster, the disks, the streams."""
 
-    def __init__(self, cluster, disks, streams, transition_timeout, tsmove_rate_mb):
+    def __init__(self, cluster, disks, streams, transition_timeout, tsmove_rate_mb,
+                 control_s=100):
         self.cluster = cluster
         self.disks = disks
         self.streams = streams
         self.transition_timeout = transition_timeout
         self.tsmove_rate_mb = tsmove_rate_mb     # None: pg_tsmove.max_rate_mb
+        self.control_s = control_s               # the control's transition
 
     def chown(self, path):
         chown_to_server_user(path)
@@ -331,7 +333,8 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
         cluster, logdir, args.rows, args.query_range,
         max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900,
         update_rate=args.update_rate, third_table=args.third_table)
-    run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb)
+    run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb,
+              args.control_s)
     try:
         res["t_streams_start"] = run.t_streams_start = time.time()
         streams.start()
@@ -464,6 +467,9 @@ def parse_args(argv):
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
     ap.add_argument("--transition-timeout-s", type=int, default=150)
+    ap.add_argument("--control-s", type=int, default=100,
+                    help="how long the control (nothing moves) lets the streams run "
+                         "in its transition (default 100)")
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
@@ -598,7 +604,8 @@ def main(argv=None):
             try:
                 r = run_method(m, args, cluster, disks, snap, tablespaces,
                                res["data"], progress, logdir)
-                if r["transition"].get("end") and res["copy_floor"]["seconds"] > 0:
+                if r["transition"].get("end") and res["copy_floor"]["seconds"] > 0 \
+                        and not m.is_control:
                     r["copy_floor_ratio"] = ((r["transition"]["end"] -
                                               r["transition"]["start"]) /
                                              res["copy_floor"]["seconds"])
