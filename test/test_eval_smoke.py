@@ -5,10 +5,11 @@ tables and a few seconds per phase (about a minute and a half): real
 servers, real pgbench streams, every method, the emulated disks when the
 machine allows them (as root with loop devices and cgroup v1), and checks
 that it produced a report, a JSON series and a plot with a row for every
-method, that every available method moved B and passed its data checks,
-and that it left no loop device, mount or cgroup behind.  The autopilot's
-row is the exception: with tables that small nothing is read from disk, so
-it must not move, and its decision log must say why.
+method, that every available method moved B (or, for the control, moved
+nothing) and passed its data checks, and that it left no loop device,
+mount or cgroup behind.  The autopilot's row is the exception: with tables
+that small nothing is read from disk, so it must not move, and its
+decision log must say why.
 
 The other tests check the figures' arithmetic on synthetic streams: the
 pro-rata TPM and the stable-state rule.
@@ -86,7 +87,8 @@ def test_eval_smoke(tmp_path):
         assert row[0].rstrip().endswith("| OK |"), row[0]
         # A method either moves B or says why, in the JSON and in the notes
         # under the table (a failed job is a result, and its data checks
-        # above still had to pass).  The existing ways always move B here.
+        # above still had to pass).  The existing ways always move B here;
+        # the control moves nothing.
         tr = r["transition"]
         if m.key in ("alter", "repack", "offline_copy"):
             assert tr["finished"], (m.key, tr)

@@ -17,7 +17,9 @@ nothing).  Each check returns problem strings; an empty list is a pass.
                          finished (if it did not, each relation is wholly in
                          one place, which the orphan check sees: a job that
                          moved the table but failed on the index is
-                         consistent)
+                         consistent); after the autopilot's move, the one
+                         relation it moved on HDB and the others on HDA;
+                         after the control, every relation on HDA
     old location         after a tablespace relocation, no relation file is
                          left in TSB's old directory
 """
@@ -74,6 +76,9 @@ def run_checks(cluster, disks, expected, finished, old_tsb_dir=None, moved=None)
             wanted[moved] = "hdb"
     elif finished:
         wanted.update({"b": "hdb", "b_pkey": "hdb"})
+    for rel in wanted:                  # the autopilot may move a third table
+        if rel not in placement:
+            placement[rel] = relation_disk(cluster, disks, rel)
     for rel, want in wanted.items():
         if placement[rel] != want:
             problems.append("%s is on %s, expected %s" % (rel, placement[rel], want))

@@ -43,12 +43,14 @@ streams around it.
                     pg_tsmove.autopilot_targets = tsb2, the new disk).  Its
                     decisions, predicted and measured benefit are kept.
     control         nothing moves: the streams run on for --control-s
-                    seconds (100 by default, about what the autopilot's move
-                    takes).  The floor every other row is read against: what
-                    the workload does to itself in the same phase
-                    (autovacuum of A and B starts about when the transition
-                    does, at 560 updates a second each, and dips the
-                    streams as deep as any move).
+                    seconds (by default as long as the transition timeout,
+                    so that both draw their worst 5 s from as many
+                    windows).  The control every other row is read
+                    against: what the workload does to itself in the same
+                    phase (autovacuum of A and B comes due about when the
+                    transition starts, at 560 updates a second each, and
+                    dips the streams about as deep as the autopilot's move
+                    of A).
     offline_copy    stop the server, copy TSB's directory to HDB, repoint
                     pg_tblspc/<oid>, start (the storage-level way, the
                     essay's method 3 analogue, but with downtime: PostgreSQL
@@ -70,7 +72,7 @@ class Transition:
     reason: str = ""             # why not available
     start: float = None          # wall clock (epoch s)
     end: float = None
-    finished: bool = False       # B's data is on HDB
+    finished: bool = False       # B's data is on HDB (the control: ran its time)
     error: str = None
     details: dict = field(default_factory=dict)
 
@@ -340,6 +342,21 @@ def run_autopilot(run):
     tr.details["share_audit"] = [share_audit(cl)]
     cl.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'on'")
     cl.sql("SELECT pg_reload_conf()")
+    try:
+        tr = _autopilot_transition(run, tr)
+    finally:
+        if not tr.finished:
+            # No move, or the harness cancelled it: back to watching, or the
+            # autopilot moves a table in the settle phase and the placement
+            # check reads that as its own failure.
+            cl.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'propose'")
+            cl.sql("SELECT pg_reload_conf()")
+    return tr
+
+
+def _autopilot_transition(run, tr):
+    """Wait for the autopilot's move and for its end (run_autopilot)."""
+    cl = run.cluster
     deadline = tr.start + run.transition_timeout
     started = None
     while time.time() < deadline and started is None:
@@ -361,14 +378,7 @@ def run_autopilot(run):
     tr.details["moved"] = started["relation"].split(".")[-1]
     tr.details["call"] = "the autopilot: tsmove.move(%s, %s) as decision %d" % (
         started["relation"], started["target_tablespace"], started["decision_id"])
-    tr = _wait_jobs(run, started["job_id"], tr)
-    if not tr.finished:
-        # The harness cancelled the move: back to watching, or the autopilot
-        # moves the other table in the settle phase and the placement
-        # check reads that as its own failure.
-        cl.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'propose'")
-        cl.sql("SELECT pg_reload_conf()")
-    return tr
+    return _wait_jobs(run, started["job_id"], tr)
 
 
 def autopilot_after_settle(run, wait_s=60):
@@ -528,7 +538,7 @@ METHODS = [
            "the autopilot's model, checked on a move it need not choose",
            run_advised, server_conf=ADVISED_CONF,
            after_settle=advised_after_settle),
-    Method("control", "nothing moves (the floor)",
+    Method("control", "nothing moves (control)",
            "none: what the streams do to themselves meanwhile", run_control,
            is_control=True),
     Method("offline_copy", "stop, copy TSB's directory, relink, start",

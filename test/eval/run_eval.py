@@ -108,11 +108,16 @@ class EvalCluster(Cluster):
         return self
 
 
+def control_s(args):
+    """The control's transition: --control-s, or the transition timeout."""
+    return args.control_s if args.control_s is not None else args.transition_timeout_s
+
+
 class Run:
     """What a method needs: the cluster, the disks, the streams."""
 
     def __init__(self, cluster, disks, streams, transition_timeout, tsmove_rate_mb,
-                 control_s=100):
+                 control_s):
         self.cluster = cluster
         self.disks = disks
         self.streams = streams
@@ -331,10 +336,11 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     cluster.start()
     streams = workload.StreamSet(
         cluster, logdir, args.rows, args.query_range,
-        max_seconds=args.warmup_s + args.transition_timeout_s + args.settle_s + 900,
+        max_seconds=args.warmup_s + max(args.transition_timeout_s, control_s(args)) +
+        args.settle_s + 900,
         update_rate=args.update_rate, third_table=args.third_table)
     run = Run(cluster, disks, streams, args.transition_timeout_s, args.tsmove_rate_mb,
-              args.control_s)
+              control_s(args))
     try:
         res["t_streams_start"] = run.t_streams_start = time.time()
         streams.start()
@@ -467,9 +473,9 @@ def parse_args(argv):
     ap.add_argument("--warmup-s", type=int, default=60)
     ap.add_argument("--settle-s", type=int, default=60)
     ap.add_argument("--transition-timeout-s", type=int, default=150)
-    ap.add_argument("--control-s", type=int, default=100,
+    ap.add_argument("--control-s", type=int, default=None,
                     help="how long the control (nothing moves) lets the streams run "
-                         "in its transition (default 100)")
+                         "in its transition (default: --transition-timeout-s)")
     ap.add_argument("--methods", default=",".join(m.key for m in methods_mod.METHODS),
                     help="comma-separated subset of: %s"
                     % ", ".join(m.key for m in methods_mod.METHODS))
@@ -534,6 +540,7 @@ def main(argv=None):
                         "update_rate": args.update_rate, "third_table": args.third_table,
                         "warmup_s": args.warmup_s, "settle_s": args.settle_s,
                         "transition_timeout_s": args.transition_timeout_s,
+                        "control_s": control_s(args),
                         "tsmove_rate_mb": args.tsmove_rate_mb,
                         "shared_buffers": args.shared_buffers,
                         "server_conf": SERVER_CONF,
