@@ -87,7 +87,7 @@ class Method:
     moves_tablespace: bool = False   # TSB's location changes (not B's tablespace)
     server_conf: tuple = ()          # postgresql.conf lines for this method's run
     after_settle: object = None      # function(run) -> dict, before the streams stop
-    is_control: bool = False         # moves nothing: the floor of the others
+    is_control: bool = False         # moves nothing: what the others are read against
 
 
 # ---------------------------------------------------------------------------
