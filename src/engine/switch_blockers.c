@@ -235,6 +235,10 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 	{
 		TsmBlocker *b = lfirst(lc);
 
+		elog(DEBUG1, "pg_tsmove: job %lld: attempt failed, held by PID %d%s%s",
+			 (long long) block->job_id, b->pid,
+			 (b->status_flags & PROC_IS_AUTOVACUUM) ? " (autovacuum)" : "",
+			 b->background_worker ? " (background)" : "");
 		if ((b->status_flags & PROC_IS_AUTOVACUUM) &&
 			!(b->status_flags & PROC_VACUUM_FOR_WRAPAROUND))
 		{
@@ -438,6 +442,31 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 		return TSM_TIMED_NOW;
 	}
 	return TSM_TIMED_LATER;
+}
+
+/*
+ * What the watcher knows, for a DEBUG1 line: each watched session's
+ * transaction (how long it has run, its last length and their variation;
+ * '?' begun unseen) and whether a holder it cannot time was seen.
+ */
+void
+tsm_switch_block_describe(const TsmSwitchBlock *block, char *buf, size_t len)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	size_t		used;
+
+	used = snprintf(buf, len, "%s", block->unwatched_blockers ? "untimed holder; " : "");
+	for (int i = 0; i < block->nwatched && used + 64 < len; i++)
+	{
+		const TsmWatchedSession *w = &block->watched[i];
+
+		if (!LocalTransactionIdIsValid(w->lxid))
+			continue;
+		used += snprintf(buf + used, len - used, "%d: %.0f%s of %.0f+-%.0f ms; ",
+						 w->pid, (double) (now - w->since) / 1000.0,
+						 w->seen_from_start ? "" : "?", w->last_length_ms,
+						 w->variation_ms);
+	}
 }
 
 /*

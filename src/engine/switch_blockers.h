@@ -101,6 +101,8 @@ extern void tsm_note_blockers_remain(TsmJobCtl *ctl, const TsmSwitchBlock *block
 extern void tsm_switch_block_watch(TsmSwitchBlock *block);
 extern TsmTimedAttempt tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck);
 extern bool tsm_switch_block_still_due(TsmSwitchBlock *block);
+extern void tsm_switch_block_describe(const TsmSwitchBlock *block, char *buf,
+									  size_t len);
 extern int	tsm_cancel_blocking_queries(TsmSwitchBlock *block,
 										const LOCKTAG *tags, int ntags);
 

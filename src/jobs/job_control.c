@@ -140,6 +140,10 @@ tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...)
 	va_start(args, fmt);
 	vsnprintf(ctl->progress.note, sizeof(ctl->progress.note), fmt, args);
 	va_end(args);
+	/* a starved switch is diagnosed from its notes: each, at DEBUG1 */
+	if (ctl->progress.note[0] != '\0')
+		elog(DEBUG1, "pg_tsmove: job %lld: %s", (long long) ctl->job_id,
+			 ctl->progress.note);
 }
 
 /*

@@ -545,6 +545,16 @@ watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
 		}
 		tsm_ctl_sleep(&job->ctl, TSM_WATCH_INTERVAL_MS);
 	}
+	if (message_level_is_interesting(DEBUG1))
+	{
+		char		what[512];
+
+		tsm_switch_block_describe(&job->block, what, sizeof(what));
+		elog(DEBUG1, "pg_tsmove: job %lld: watched %d looks, %s; %s",
+			 (long long) job->row.job_id, looks,
+			 job->block.timed_wait_ms > 0 ? "an attempt is timed now" : "no attempt timed",
+			 what);
+	}
 	return true;
 }
 

@@ -407,6 +407,17 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     return res
 
 
+def keep_server_logs(workdir, out_dir):
+    """Each method's server log, as <out-dir>/logs/<method>.server.log: what
+    the worker said about its switch attempts is read there."""
+    logs = os.path.join(workdir, "logs")
+    for key in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        src = os.path.join(logs, key, "server.log")
+        if os.path.exists(src):
+            os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
+            shutil.copy(src, os.path.join(out_dir, "logs", key + ".server.log"))
+
+
 def slim(res):
     """The result without per-transaction arrays (series.json keeps the
     1-second TPM series instead)."""
@@ -660,6 +671,7 @@ def main(argv=None):
             disks.teardown()
         except Exception as e:
             cleanup_errors.append(str(e))
+        keep_server_logs(workdir, args.out_dir)
         shutil.rmtree(workdir, ignore_errors=True)
         for e in cleanup_errors:
             log("clean-up problem: %s" % e)
