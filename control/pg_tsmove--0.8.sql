@@ -856,8 +856,12 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              times its miss ratio (a page that stays in shared buffers
  *              takes the next change before it is written), over this
  *              database's on the device, times this database's share of
- *              the reads there (no counter says what other databases
- *              write; bulk inserts count as hits, so they look cheap)
+ *              every database's rows changed there over the horizon (the
+ *              same sums, per tablespace: tablespace_recent_io()); where
+ *              the sampler has none yet, from the cumulative counters,
+ *              times this database's share of the reads there (no counter
+ *              says what other databases wrote).  Bulk inserts count as
+ *              hits, so they look cheap
  * A share with no denominator (no reads or no rows changed there) is 0.
  *   moved      = U_s * (r * f_r + (1 - r) * f_w), the busy time that
  *              follows the relation
@@ -1026,7 +1030,8 @@ BEGIN
     -- every database's recent reads of each tablespace (the same sums, fed
     -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
-        SELECT x.spcoid, x.blocks_read::numeric AS blocks_read
+        SELECT x.spcoid, x.blocks_read::numeric AS blocks_read,
+               x.rows_changed::numeric AS rows_changed
         FROM tsmove.tablespace_recent_io(horizon) x
         WHERE recent_ok),
     -- the recent reads of each table's indexes, by table (a TOAST table's
@@ -1116,6 +1121,12 @@ BEGIN
                sum(r.blocks_read) AS own_blocks_read,
                sum(r.pages_written) AS pages_written,
                sum(r.recent_written) AS recent_written,
+               -- the rows this database and every database changed there
+               -- over the horizon (the same decayed sums)
+               (SELECT sum(x.rows_changed) FROM recent x
+                JOIN dev d ON d.spcoid = x.spcoid WHERE d.device = dev.device) AS own_recent_rows,
+               (SELECT sum(s.rows_changed) FROM spc_recent s
+                JOIN dev d ON d.spcoid = s.spcoid WHERE d.device = dev.device) AS all_recent_rows,
                (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
         GROUP BY dev.device),
@@ -1233,12 +1244,16 @@ BEGIN
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
                CASE WHEN dt.first_relid = c.relid THEN dt.second_share ELSE dt.first_share END AS other_share_f,
-               -- its share of the writes: of this database's rows written
-               -- there, scaled by this database's share of the reads there
-               -- (other databases' writes are not counted anywhere)
-               least(1, coalesce(CASE WHEN dr.recent_written > 0 THEN r.recent_written / dr.recent_written
-                                      ELSE r.pages_written::numeric / nullif(dr.pages_written, 0) END
-                                 * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1), 0)) AS write_share_f
+               -- its share of the writes: of this database's pages written
+               -- there, scaled by this database's share of every database's
+               -- rows changed there over the horizon (since the statistics
+               -- reset, where the sampler has no sums: its share of the
+               -- reads, as no counter says what other databases wrote)
+               least(1, coalesce(CASE WHEN dr.recent_written > 0
+                                      THEN r.recent_written / dr.recent_written
+                                           * coalesce(dr.own_recent_rows / nullif(dr.all_recent_rows, 0), 1)
+                                      ELSE r.pages_written::numeric / nullif(dr.pages_written, 0)
+                                           * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1) END, 0)) AS write_share_f
         FROM (SELECT * FROM coaccess_candidate UNION ALL SELECT * FROM single_candidate) c
         JOIN rel r ON r.oid = c.relid
         JOIN dev src ON src.spcoid = c.src_spc
@@ -1365,7 +1380,7 @@ BEGIN
                   'speed: the kernel''s rotational flag (%s %s, %s %s); parallelism: disks under the device (%s: %s, %s: %s%s); '
                   'co-access counted since %s; "outside shared buffers" includes reads the OS page cache served; '
                   'copy time %s, counting the page images in the WAL as the throttle does; '
-                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace %s, %s) and %s%% of its pages written (from rows changed %s, this database), '
+                  'benefit: share-of-busy-time model, the relation takes %s%% of the blocks read from %s (every database; within its tablespace %s, %s) and %s%% of its pages written (from rows changed %s), '
                   'and %s%% of %s''s busy time is reading, so about %s points of its %s%% follow the relation to %s (same speed assumed); await scaled as in an M/M/1 queue; '
                   'a load that changed within the horizon gives no prediction',
                   horizon, b.src_rows, b.src_device,
@@ -1381,7 +1396,9 @@ BEGIN
                   CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
                        ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
                   round(coalesce(b.write_share_f, 0) * 100, 1),
-                  CASE WHEN b.recent_writes THEN recent_text ELSE 'since the statistics reset' END,
+                  CASE WHEN b.recent_writes
+                       THEN recent_text || ', scaled by this database''s share of every database''s there'
+                       ELSE 'since the statistics reset, scaled by this database''s share of the reads there' END,
                   round(b.src_read_share * 100, 1), b.src_device,
                   round(b.moved, 1), round(b.src_util, 1), b.tgt_device)
              || '; interference: ' || CASE

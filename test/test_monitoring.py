@@ -810,6 +810,71 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
         (idle_before, idle_kept, idle_sum, mild_sum, busy_sum)
 
 
+
+@pytest.mark.pg_conf(*MONITOR_CONF)
+def test_write_share_counts_every_databases_rows_changed(loop_filesystems, primary):
+    """A relation's share of its device's writes is its database's share of
+    every database's rows changed there over the horizon, not of the reads:
+    a table read heavily and changed a little, in a database that does most
+    of the device's reads, while another database changes a hundred times
+    as many rows there, holds a few per cent of the writes (it held its
+    database's share of the reads, over 80 %, when that scaled it)."""
+    (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
+    tablespace_on(primary, "busy", busy_mnt)
+    tablespace_on(primary, "idle", idle_mnt)
+    # churn: changed all along, in shared buffers (read little from
+    # outside); its updates are HOT and pruned, so it does not grow into
+    # the room the writer below leaves
+    primary.sql("CREATE TABLE churn (id int, pad text) WITH (autovacuum_enabled = off, "
+                "fillfactor = 50) TABLESPACE busy")
+    primary.sql("INSERT INTO churn SELECT g, 'y' FROM generate_series(1, 20000) g")
+    primary.sql("CREATE DATABASE quiet")
+    primary.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
+    primary.sql("CREATE TABLE mild (id int, pad text) WITH (autovacuum_enabled = off) "
+                "TABLESPACE busy", dbname="quiet")
+    primary.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
+                dbname="quiet")
+    write_share = re.compile(r"and ([0-9.]+)% of its pages written \(from rows changed over the horizon")
+    query = ("SELECT assumptions FROM tsmove.advise_candidates(min_read_mb => 1, "
+             "horizon => '6 seconds') WHERE relation = 'mild'::regclass "
+             "AND target_tablespace = 'idle' AND assumptions LIKE '%within its tablespace "
+             "over the horizon (sums decayed%'")
+    stop = threading.Event()
+    writers = [threading.Thread(target=keep_writing, args=(os.path.join(busy_mnt, "dd.out"), stop))]
+    for w in writers:
+        w.start()
+    shares = []
+    try:
+        # (20 s of rounds at least: mild's 120 000 inserted rows fade with
+        #  the horizon's 5-s time constant)
+        started = time.monotonic()
+        deadline = started + 90
+        with primary.conn() as busy, primary.conn("quiet") as quiet:
+            while (not shares or time.monotonic() < started + 20) and time.monotonic() < deadline:
+                for k in range(5):
+                    busy.execute("UPDATE churn SET pad = pad WHERE id %% 5 = %s", (k,))
+                quiet.execute("UPDATE mild SET pad = pad WHERE id <= 40")
+                quiet.execute("SELECT sum(length(pad)) FROM mild").fetchall()
+                row = quiet.execute(query).fetchone()
+                if row:
+                    m = write_share.search(row[0])
+                    assert m, row[0]
+                    shares.append(float(m.group(1)))
+            rows = quiet.execute(
+                "SELECT t.spcname, x.rows_changed FROM tsmove.tablespace_recent_io('6 seconds') x "
+                "JOIN pg_tablespace t ON t.oid = x.spcoid WHERE t.spcname = 'busy'").fetchall()
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()
+    assert shares, "no busy-device candidate for mild within 90 s"
+    # 40 of mild's rows to 20 000 of churn's each round: well under 10 %
+    assert shares[-1] < 10, (shares[-5:], rows)
+    # mild and churn's rows both count there
+    assert rows and rows[0][1] > 10000, rows
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM mild", dbname="quiet")
+
+
 # ---- history and report -------------------------------------------------------
 
 
