@@ -6,7 +6,9 @@
 --                               reading at 1 - 0.2 r of its busy time
 --                               interleaved; `assumptions` says whether it
 --                               did.  A relation's share of its tablespace
---                               counts every database's reads there
+--                               counts every database's reads there, its
+--                               share of the writes every database's rows
+--                               written there (both over the horizon)
 --   tsmove.tablespace_recent_io() (new) those reads: the recent sums per
 --                               tablespace over every database
 --   tsmove.autopilot_measure()  the lesser of equal work per device (from
@@ -99,9 +101,12 @@ GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg
  *              times its miss ratio (a page that stays in shared buffers
  *              takes the next change before it is written), over this
  *              database's on the device, times this database's share of
- *              every database's rows changed there over the horizon (the
- *              same sums, per tablespace: tablespace_recent_io()); where
- *              the sampler has none yet, from the cumulative counters,
+ *              every database's rows written there over the horizon (the
+ *              same sums, per tablespace: tablespace_recent_io(); rows
+ *              changed and index rows, both where their table is; not
+ *              scaled where none are counted, as for an index stored apart
+ *              from its table); where the sampler has no sums of the
+ *              device's tablespaces yet, from the cumulative counters,
  *              times this database's share of the reads there (no counter
  *              says what other databases wrote).  Bulk inserts count as
  *              hits, so they look cheap
@@ -274,7 +279,7 @@ BEGIN
     -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
         SELECT x.spcoid, x.blocks_read::numeric AS blocks_read,
-               x.rows_changed::numeric AS rows_changed
+               (x.rows_changed + x.index_rows)::numeric AS rows_written
         FROM tsmove.tablespace_recent_io(horizon) x
         WHERE recent_ok),
     -- the recent reads of each table's indexes, by table (a TOAST table's
@@ -364,11 +369,13 @@ BEGIN
                sum(r.blocks_read) AS own_blocks_read,
                sum(r.pages_written) AS pages_written,
                sum(r.recent_written) AS recent_written,
-               -- the rows this database and every database changed there
-               -- over the horizon (the same decayed sums)
-               (SELECT sum(x.rows_changed) FROM recent x
+               -- the rows this database and every database wrote there
+               -- over the horizon (the same decayed sums: rows changed and
+               -- index rows, both where their table is); NULL where the
+               -- sampler has no sums of the device's tablespaces
+               (SELECT sum(x.rows_changed + x.index_rows) FROM recent x
                 JOIN dev d ON d.spcoid = x.spcoid WHERE d.device = dev.device) AS own_recent_rows,
-               (SELECT sum(s.rows_changed) FROM spc_recent s
+               (SELECT sum(s.rows_written) FROM spc_recent s
                 JOIN dev d ON d.spcoid = s.spcoid WHERE d.device = dev.device) AS all_recent_rows,
                (SELECT sum(d.window_blocks_read) FROM dev d WHERE d.device = dev.device) AS window_blocks_read
         FROM rel r JOIN dev ON dev.spcoid = r.spcoid
@@ -483,7 +490,7 @@ BEGIN
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
                coalesce(sr.recent_read > 0, false) AS recent_reads,
-               coalesce(dr.recent_written > 0, false) AS recent_writes,
+               dr.all_recent_rows IS NOT NULL AS recent_writes,
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
                CASE WHEN dt.first_relid = c.relid THEN dt.second_share ELSE dt.first_share END AS other_share_f,
@@ -492,9 +499,14 @@ BEGIN
                -- rows changed there over the horizon (since the statistics
                -- reset, where the sampler has no sums: its share of the
                -- reads, as no counter says what other databases wrote)
-               least(1, coalesce(CASE WHEN dr.recent_written > 0
-                                      THEN r.recent_written / dr.recent_written
-                                           * coalesce(dr.own_recent_rows / nullif(dr.all_recent_rows, 0), 1)
+               -- (none if this database wrote nothing there lately; all of
+               -- what it wrote if no other database's rows are counted
+               -- there, as for an index stored apart from its table)
+               least(1, coalesce(CASE WHEN dr.all_recent_rows IS NOT NULL
+                                      THEN coalesce(r.recent_written / nullif(dr.recent_written, 0), 0)
+                                           * CASE WHEN dr.all_recent_rows > 0
+                                                  THEN least(1, coalesce(dr.own_recent_rows, 0) / dr.all_recent_rows)
+                                                  ELSE 1 END
                                       ELSE r.pages_written::numeric / nullif(dr.pages_written, 0)
                                            * coalesce(dr.own_blocks_read::numeric / nullif(dr.blocks_read, 0), 1) END, 0)) AS write_share_f
         FROM (SELECT * FROM coaccess_candidate UNION ALL SELECT * FROM single_candidate) c

@@ -11,6 +11,7 @@ with the reason where any of these is missing.  Their filesystems live in
 files on /dev/shm, so they are devices of their own, backed by memory.
 """
 
+import contextlib
 import math
 import os
 import re
@@ -192,6 +193,21 @@ def keep_writing(target, stop):
     while not stop.is_set():
         _run(["dd", "if=/dev/zero", "of=" + target, "bs=1M", "count=64",
               "oflag=direct", "conv=notrunc,fsync"])
+
+
+@contextlib.contextmanager
+def writing_to(*targets):
+    """keep_writing() to each target, a thread each, while the block runs."""
+    stop = threading.Event()
+    writers = [threading.Thread(target=keep_writing, args=(t, stop)) for t in targets]
+    for w in writers:
+        w.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()
 
 
 def tablespace_on(cluster, name, directory):
@@ -707,12 +723,7 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
              "horizon => '6 seconds') WHERE relation = %s::regclass AND target_tablespace = 'idle' "
              "AND assumptions LIKE '%%within its tablespace over the horizon (sums decayed%%"
              "the tablespace''s share over the horizon%%'")
-    stop = threading.Event()
-    writers = [threading.Thread(target=keep_writing, args=(os.path.join(busy_mnt, n), stop))
-               for n in ("dd.out", "dd2.out")]
-    for w in writers:
-        w.start()
-    try:
+    with writing_to(os.path.join(busy_mnt, "dd.out"), os.path.join(busy_mnt, "dd2.out")):
         deadline = time.monotonic() + 90
         with primary.conn() as busy, primary.conn("quiet") as quiet:
             while True:
@@ -735,10 +746,6 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
                 "FROM tsmove.tablespace_recent_io('6 seconds') x "
                 "JOIN pg_tablespace t ON t.oid = x.spcoid AND t.spcname = 'busy', "
                 "tsmove.relation_recent_io('6 seconds') r WHERE r.relid = 'mild'::regclass").fetchone()
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
     assert hot and mild, "no busy-device candidate for both within 90 s: %r %r" % (hot, mild)
     # five scans of hot to one of mild, each of the same size
     assert 55 <= hot[0] <= 95 and 5 <= mild[0] <= 35, (hot, mild)
@@ -756,12 +763,7 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
         # another table is read there: mild's reads on busy are not its
         # share of idle's (joined by relation alone they were, capped at 1:
         # a move straight back)
-        stop = threading.Event()
-        writers = [threading.Thread(target=keep_writing, args=(os.path.join(idle_mnt, n), stop))
-                   for n in ("dd.out", "dd2.out")]
-        for w in writers:
-            w.start()
-        try:
+        with writing_to(os.path.join(idle_mnt, "dd.out"), os.path.join(idle_mnt, "dd2.out")):
             def weighed_on_idle():
                 quiet.execute("SELECT sum(length(pad)) FROM other").fetchall()
                 rows = quiet.execute(
@@ -772,10 +774,6 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
                     "GROUP BY relation").fetchall()
                 return dict(rows) if dict(rows).get("other", 0) > 50 else None
             shares = wait_for(weighed_on_idle, 90, interval_s=0.5, what="other's share of idle")
-        finally:
-            stop.set()
-            for w in writers:
-                w.join()
         # (under 5 %: the move warms the cache from the new files, and
         #  those reads count on idle; the old SQL gave mild 19.3 %)
         assert "mild" in shares and shares["mild"] < 5, shares
@@ -839,18 +837,14 @@ def test_write_share_counts_every_databases_rows_changed(loop_filesystems, prima
              "horizon => '6 seconds') WHERE relation = 'mild'::regclass "
              "AND target_tablespace = 'idle' AND assumptions LIKE '%within its tablespace "
              "over the horizon (sums decayed%'")
-    stop = threading.Event()
-    writers = [threading.Thread(target=keep_writing, args=(os.path.join(busy_mnt, "dd.out"), stop))]
-    for w in writers:
-        w.start()
     shares = []
-    try:
-        # (20 s of rounds at least: mild's 120 000 inserted rows fade with
-        #  the horizon's 5-s time constant)
+    with writing_to(os.path.join(busy_mnt, "dd.out")):
+        # (30 s of rounds at least: mild's 120 000 inserted rows fade with
+        #  the horizon's 5-s time constant, to a few hundred)
         started = time.monotonic()
-        deadline = started + 90
+        deadline = started + 120
         with primary.conn() as busy, primary.conn("quiet") as quiet:
-            while (not shares or time.monotonic() < started + 20) and time.monotonic() < deadline:
+            while (not shares or time.monotonic() < started + 30) and time.monotonic() < deadline:
                 for k in range(5):
                     busy.execute("UPDATE churn SET pad = pad WHERE id %% 5 = %s", (k,))
                 quiet.execute("UPDATE mild SET pad = pad WHERE id <= 40")
@@ -863,11 +857,7 @@ def test_write_share_counts_every_databases_rows_changed(loop_filesystems, prima
             rows = quiet.execute(
                 "SELECT t.spcname, x.rows_changed FROM tsmove.tablespace_recent_io('6 seconds') x "
                 "JOIN pg_tablespace t ON t.oid = x.spcoid WHERE t.spcname = 'busy'").fetchall()
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
-    assert shares, "no busy-device candidate for mild within 90 s"
+    assert shares, "no busy-device candidate for mild within 120 s"
     # 40 of mild's rows to 20 000 of churn's each round: well under 10 %
     assert shares[-1] < 10, (shares[-5:], rows)
     # mild and churn's rows both count there

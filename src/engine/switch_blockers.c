@@ -462,10 +462,15 @@ tsm_switch_block_describe(const TsmSwitchBlock *block, char *buf, size_t len)
 
 		if (!LocalTransactionIdIsValid(w->lxid))
 			continue;
-		used += snprintf(buf + used, len - used, "%d: %.0f%s of %.0f+-%.0f ms; ",
-						 w->pid, (double) (now - w->since) / 1000.0,
-						 w->seen_from_start ? "" : "?", w->last_length_ms,
-						 w->variation_ms);
+		if (w->last_length_ms < 0)
+			used += snprintf(buf + used, len - used, "%d: %.0f%s ms, length unknown; ",
+							 w->pid, (double) (now - w->since) / 1000.0,
+							 w->seen_from_start ? "" : "?");
+		else
+			used += snprintf(buf + used, len - used, "%d: %.0f%s of %.0f+-%.0f ms; ",
+							 w->pid, (double) (now - w->since) / 1000.0,
+							 w->seen_from_start ? "" : "?", w->last_length_ms,
+							 w->variation_ms);
 	}
 }
 

@@ -136,14 +136,15 @@ void
 tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...)
 {
 	va_list		args;
+	char		note[sizeof(ctl->progress.note)];
 
 	va_start(args, fmt);
-	vsnprintf(ctl->progress.note, sizeof(ctl->progress.note), fmt, args);
+	vsnprintf(note, sizeof(note), fmt, args);
 	va_end(args);
-	/* a starved switch is diagnosed from its notes: each, at DEBUG1 */
-	if (ctl->progress.note[0] != '\0')
-		elog(DEBUG1, "pg_tsmove: job %lld: %s", (long long) ctl->job_id,
-			 ctl->progress.note);
+	/* a starved switch is diagnosed from its notes: each new one, at DEBUG1 */
+	if (note[0] != '\0' && strcmp(note, ctl->progress.note) != 0)
+		elog(DEBUG1, "pg_tsmove: job %lld: %s", (long long) ctl->job_id, note);
+	memcpy(ctl->progress.note, note, sizeof(note));
 }
 
 /*

@@ -532,12 +532,13 @@ watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
 		TsmTimedAttempt timed;
 
 		tsm_switch_block_watch(&job->block);
+		looks++;
 		timed = tsm_switch_block_timed(&job->block, false);
 		now = GetCurrentTimestamp();
 		if (timed == TSM_TIMED_NOW || now >= until || job->ctl.pause_requested ||
 			(timed == TSM_TIMED_NEVER && now >= backoff_until))
 			break;
-		if (++looks % 10 == 0)
+		if (looks % 10 == 0)
 		{
 			tsm_mirror_drain(&job->mirror, &job->files);
 			if (tsm_fileset_backlog(&job->files) > tsm_switch_backlog_blocks)

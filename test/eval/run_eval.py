@@ -644,6 +644,9 @@ def main(argv=None):
                      "exception": "%s: %s" % (type(e).__name__, e)}
                 if cluster.is_running():
                     cluster.stop("immediate")
+                # (kept: the next method's restore empties the log)
+                if os.path.exists(cluster.log_file):
+                    shutil.copy(cluster.log_file, os.path.join(logdir, "server.log"))
             res["methods"].append(slim(r) if "streams" in r else r)
             res["methods"][-1]["_full"] = r
     except KeyboardInterrupt as e:
@@ -671,7 +674,10 @@ def main(argv=None):
             disks.teardown()
         except Exception as e:
             cleanup_errors.append(str(e))
-        keep_server_logs(workdir, args.out_dir)
+        try:
+            keep_server_logs(workdir, args.out_dir)
+        except OSError as e:
+            cleanup_errors.append("server logs: %s" % e)
         shutil.rmtree(workdir, ignore_errors=True)
         for e in cleanup_errors:
             log("clean-up problem: %s" % e)
