@@ -2,13 +2,16 @@
 
 Every AccessExclusiveLock on a relation is WAL-logged, and a hot standby
 replays it by taking the same lock: it waits for its own queries of the
-relation and cancels them after max_standby_streaming_delay.  A switch
-needs that lock, so its successful attempt is seen there, as an ALTER
-TABLE's would be; attempts that cannot succeed must not be.  While a
-transaction that blocked the last attempt still holds its lock, the job
-does not try again, and logs nothing.  (An attempt logs the locks it was
-granted before it timed out on another relation: a table's, when the
-lock it times out on is its TOAST table's.)
+relation and cancels them after max_standby_streaming_delay.  A relation
+move's switch needs that lock there too (the relation's files change on
+the standby as well), so its successful attempt is seen there, as an
+ALTER TABLE's would be; attempts that cannot succeed must not be.  While
+a transaction that blocked the last attempt still holds its lock, the
+job does not try again, and logs nothing.  (An attempt logs the locks it
+was granted before it timed out on another relation: a table's, when the
+lock it times out on is its TOAST table's.)  A relocation changes only
+the primary's files: its locks are not logged at all, and a standby's
+queries of the tablespace neither wait for its switch nor are cancelled.
 """
 
 import threading
@@ -16,7 +19,7 @@ import threading
 import pytest
 
 from moves import make_table, start_move, wait_job
-from test_relocation import new_location, relocate
+from test_relocation import end_pause, new_location, relocate, relocate_paused_at
 
 READER_S = 6
 
@@ -65,8 +68,55 @@ def test_blocked_switch_logs_no_lock_per_attempt(primary, standby, kind):
     attempts = primary.sql_scalar("SELECT switch_attempts FROM tsmove.jobs WHERE job_id = %s",
                                   (job,))
     assert attempts >= 4, attempts          # it kept trying while blocked
-    # the first attempt (which met the reader) and the one that succeeded
-    assert standby_lock_records(primary, start_lsn, relid) <= 2
+    # a move's: the first attempt (which met the reader) and the one that
+    # succeeded; a relocation's: none
+    if kind == "move":
+        assert standby_lock_records(primary, start_lsn, relid) <= 2
+    else:
+        assert standby_lock_records(primary, start_lsn, relid) == 0
     primary.wait_for_replay(standby)
     assert standby.row_hash("victim", "id") == expected
     assert primary.row_hash("victim", "id") == expected
+
+
+@pytest.mark.matrix
+def test_standby_query_outlives_the_relocation_switch(primary):
+    """A standby transaction that holds the relocated table (and would be
+    cancelled half a second after a replayed lock waited for it) goes on
+    across the relocation, and reads the same rows after it."""
+    standby = primary.make_standby("standby", extra_conf=[
+        "max_standby_streaming_delay = '500ms'", "hot_standby_feedback = off"])
+    expected = make_table(primary)
+    relid = primary.sql_scalar("SELECT 'victim'::regclass::oid")
+    primary.wait_for_replay(standby)
+    start_lsn = primary.sql_scalar("SELECT pg_current_wal_insert_lsn()")
+    with standby.conn(autocommit=False) as reader:
+        before = reader.execute("SELECT count(*), count(DISTINCT id) FROM victim").fetchone()
+        # held at the switch, its locks granted: a checkpoint logs the
+        # running transactions' AccessExclusiveLocks for standbys, and the
+        # switch's transaction has no xid, so none of them
+        job = relocate_paused_at(primary, "switching", new_location(primary, "relocated"))
+        xid = primary.sql_scalar("SELECT backend_xid::text FROM pg_stat_activity "
+                                 "WHERE backend_type LIKE 'pg_tsmove worker%%'")
+        locked = primary.sql_scalar("SELECT count(*) FROM pg_locks WHERE relation = %s "
+                                    "AND mode = 'AccessExclusiveLock' AND granted", (relid,))
+        primary.sql("CHECKPOINT")
+        end_pause(primary)
+        assert wait_job(primary, job, 120) == "done"
+        assert locked == 1 and xid is None, (locked, xid)
+        primary.wait_for_replay(standby)
+        # the same transaction, its lock held all along: not cancelled
+        assert reader.execute("SELECT count(*), count(DISTINCT id) FROM victim").fetchone() == before
+        reader.commit()
+    assert before[0] == before[1] > 0
+    assert standby_lock_records(primary, start_lsn, relid) == 0
+    conflicts = standby.sql_scalar("SELECT confl_lock FROM pg_stat_database_conflicts "
+                                   "WHERE datname = current_database()")
+    assert conflicts == 0, conflicts
+    assert "conflict with recovery" not in standby.log_contents()
+    assert primary.amcheck(relations=["victim"]) == []
+    primary.wait_for_replay(standby)            # (amcheck made on the primary)
+    for cluster in (primary, standby):
+        assert cluster.amcheck(relations=["victim"]) == []
+        assert cluster.row_hash("victim", "id") == expected
+        assert cluster.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM victim")

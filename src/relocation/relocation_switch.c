@@ -12,7 +12,8 @@
  *	1. AccessExclusiveLock on every relation stored in the tablespace, in
  *	   every database, each within pg_tsmove.switch_lock_timeout (with the
  *	   experimental pg_tsmove.relocation_switch_admits_readers, ExclusiveLock:
- *	   every writer waits, readers go on, standbys see no lock); then the
+ *	   every writer waits, readers go on); neither is WAL-logged, so hot
+ *	   standbys never see them (lock_relation_unlogged); then the
  *	   creation guard without waiting (relocation_guard.c: from here to the
  *	   end of the switch's transaction no statement that can create storage
  *	   runs), all or none (switch_lock); a relation created before by a
@@ -66,7 +67,8 @@
  *
  * Locks: the relation locks above and the guard (AccessExclusiveLock), in
  * a transaction of the worker, taken through tsm_ctl_lock_all_or_none()
- * (job_control.c) and released at its commit (switch_end);
+ * (job_control.c); switch_end releases the relations' before it writes the
+ * job's row, the guard's goes at its commit;
  * TablespaceCreateLock from the last look to the rename.
  *
  *-------------------------------------------------------------------------
@@ -77,6 +79,7 @@
 #include <unistd.h>
 
 #include "access/transam.h"
+#include "access/xlog.h"
 #include "access/xact.h"
 #include "access/xlogrecovery.h"
 #include "commands/tablespace.h"
@@ -162,6 +165,43 @@ note_contended(TsmJob *job, const LOCKTAG *tag)
 }
 
 /*
+ * A relation lock of the switch, without the WAL record that makes a hot
+ * standby take it too.  LockAcquireExtended() logs every AccessExclusiveLock
+ * on a relation while XLogStandbyInfoActive() (wal_level replica or
+ * logical), and a standby replays it by taking the lock: it waits for its
+ * own queries of the relation and cancels them after
+ * max_standby_streaming_delay.  A relocation changes only this server's
+ * files: nothing it does reaches a standby, whose files are its own (the
+ * relations' contents, relfilenodes and catalog rows stay), so the
+ * standby's queries have nothing to wait for.  wal_level is this process's
+ * copy of a postmaster setting; it reads as minimal for this call only,
+ * which writes no WAL (nor does what it may run while it waits: barriers,
+ * timeouts, the deadlock check), and it is restored on error.  With no
+ * record the transaction gets no xid, and while it has
+ * none its locks are left out of the running-xacts records too
+ * (GetRunningTransactionLocks): switch_end releases them before the job's
+ * row is written.  The lock itself is the same on this server.
+ */
+static void
+lock_relation_unlogged(const LOCKTAG *tag, LOCKMODE mode)
+{
+	int			saved_wal_level = wal_level;
+
+	/* (an xid would put the lock in running-xacts records all the same) */
+	Assert(!TransactionIdIsValid(GetTopTransactionIdIfAny()));
+	wal_level = WAL_LEVEL_MINIMAL;
+	PG_TRY();
+	{
+		(void) LockAcquire(tag, mode, false, false);
+	}
+	PG_FINALLY();
+	{
+		wal_level = saved_wal_level;
+	}
+	PG_END_TRY();
+}
+
+/*
  * Lock i of the switch: st->locked[i], then, last (i == st->nlocked), the
  * creation guard (relocation_guard.c), without waiting.  The switch never
  * waits for the guard while it holds relations: a statement that holds
@@ -177,7 +217,7 @@ lock_relation_then_guard(void *arg, int i)
 
 	if (i < st->nlocked)
 	{
-		(void) LockAcquire(&st->locked[i], job->switch_lockmode, false, false);
+		lock_relation_unlogged(&st->locked[i], job->switch_lockmode);
 		return;
 	}
 	tsm_guard_locktag(&guard);
@@ -979,11 +1019,27 @@ tsm_relocation_switch_end(TsmJob *job)
 	remove_unlinked_tombstones(job);
 	st->stragglers_done = true;
 
+	/*
+	 * The relations' locks go before the job's row gives the transaction
+	 * an xid, which would put them in a running-xacts record for standbys
+	 * (lock_relation_unlogged); they protected nothing transactional.  The
+	 * guard stays to the commit.
+	 */
+	Assert(!TransactionIdIsValid(GetTopTransactionIdIfAny()));
+	for (int i = 0; i < st->nlocked; i++)
+		if (!LockRelease(&st->locked[i], job->switch_lockmode, false))
+			elog(LOG, "pg_tsmove job %lld: a switch lock was not held at its release",
+				 (long long) job->row.job_id);
+	if (st->nlocked > 0)
+		job->ctl.progress.switch_ms =
+			(double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
+	st->nlocked = 0;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	tsm_jobrec_set_state(job->row.job_id, TSM_WARMING, NULL);
 	PopActiveSnapshot();
 	tsm_standby_end_pause(st);	/* before the commit frees the lock */
 	CommitTransactionCommand();
-	job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
+	if (job->ctl.progress.switch_ms < 0)	/* a standby's: replay paused */
+		job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
 }
