@@ -195,6 +195,18 @@ def keep_writing(target, stop):
               "oflag=direct", "conv=notrunc,fsync"])
 
 
+def quiet_database_with_mild(cluster):
+    """Database quiet, with the extension, and its table mild (120 000
+    200-byte rows, about 28 MB, no autovacuum: read only when a test reads
+    it) in tablespace busy."""
+    cluster.sql("CREATE DATABASE quiet")
+    cluster.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
+    cluster.sql("CREATE TABLE mild (id int, pad text) WITH (autovacuum_enabled = off) "
+                "TABLESPACE busy", dbname="quiet")
+    cluster.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
+                dbname="quiet")
+
+
 @contextlib.contextmanager
 def writing_to(*targets):
     """keep_writing() to each target, a thread each, while the block runs."""
@@ -708,13 +720,7 @@ def test_a_quiet_database_is_not_lent_a_busy_ones_share(loop_filesystems, primar
     tablespace_on(primary, "busy", busy_mnt)
     tablespace_on(primary, "idle", idle_mnt)
     make_table(primary, "hot", "busy", rows=120000)
-    primary.sql("CREATE DATABASE quiet")
-    primary.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
-    # (no autovacuum: mild is read only when the test reads it)
-    primary.sql("CREATE TABLE mild (id int, pad text) WITH (autovacuum_enabled = off) "
-                "TABLESPACE busy", dbname="quiet")
-    primary.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
-                dbname="quiet")
+    quiet_database_with_mild(primary)
     # (read on idle once mild has moved there)
     primary.sql("CREATE TABLE other TABLESPACE idle AS SELECT * FROM mild", dbname="quiet")
     # (once the shares come from the recent sums: until the sampler has fed
@@ -826,12 +832,7 @@ def test_write_share_counts_every_databases_rows_changed(loop_filesystems, prima
     primary.sql("CREATE TABLE churn (id int, pad text) WITH (autovacuum_enabled = off, "
                 "fillfactor = 50) TABLESPACE busy")
     primary.sql("INSERT INTO churn SELECT g, 'y' FROM generate_series(1, 20000) g")
-    primary.sql("CREATE DATABASE quiet")
-    primary.sql("CREATE EXTENSION pg_tsmove", dbname="quiet")
-    primary.sql("CREATE TABLE mild (id int, pad text) WITH (autovacuum_enabled = off) "
-                "TABLESPACE busy", dbname="quiet")
-    primary.sql("INSERT INTO mild SELECT g, repeat('x', 200) FROM generate_series(1, 120000) g",
-                dbname="quiet")
+    quiet_database_with_mild(primary)
     write_share = re.compile(r"and ([0-9.]+)% of its pages written \(from rows changed over the horizon")
     query = ("SELECT assumptions FROM tsmove.advise_candidates(min_read_mb => 1, "
              "horizon => '6 seconds') WHERE relation = 'mild'::regclass "
