@@ -12,6 +12,7 @@ during the switch.  Each of the defects failed here before its fix.
 """
 
 import os
+import re
 import threading
 import time
 
@@ -510,3 +511,52 @@ def test_guard_deadlock_default_switch_settings(primary):
     print("user deadlocks:", deadlocks, other[:3], "job:", state, row["error"], row["switch_attempts"])
     assert deadlocks == 0 and state == "done", (deadlocks, row)
 
+
+
+def test_timed_attempts_failing_at_the_guard_are_spaced(primary):
+    """Readers of the tablespace that always overlap make the switch time
+    its attempts; while a long statement holds the guard, each timed
+    attempt gets the relations' locks (queueing the writers for its wait)
+    and then fails at the guard.  As after any failed timed attempt, none
+    follows for 5 s: in 10 s of the guard held, at most three."""
+    from test_move_online import overlapping_readers
+    primary.sql("CREATE TABLE over (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO over SELECT g, 0 FROM generate_series(1, 50000) g")
+    primary.sql("ALTER SYSTEM SET log_min_messages = debug1")
+    primary.sql("ALTER SYSTEM SET pg_tsmove.switch_timed_wait = 0")   # no switch yet
+    primary.sql("SELECT pg_reload_conf()")
+    stop = threading.Event()
+    readers = overlapping_readers(primary, "over", 1.2, 0.6, stop)
+    results = {}
+    try:
+        time.sleep(1.1)
+        job = relocate(primary, "ts_a", new_location(primary, "relocated"))
+        wait_for(lambda: (job_row(primary, job)["switch_attempts"] or 0) >= 3, 60,
+                 what="switch attempts blocked by the readers")
+        th = in_thread(primary, ["CREATE TABLE hold AS SELECT pg_sleep(12)::text AS t"],
+                       results, "hold")
+        wait_for(lambda: primary.sql_scalar(GUARD_HOLDERS) == 1, 30, what="the guard held")
+        offset = len(primary.log_contents())
+        primary.sql("ALTER SYSTEM RESET pg_tsmove.switch_timed_wait")
+        primary.sql("SELECT pg_reload_conf()")
+        time.sleep(10)
+        log = primary.log_contents()[offset:]
+        th.join(30)
+        assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    finally:
+        stop.set()
+        for r in readers:
+            r.join(30)
+    # (one decision may be logged twice, a few ms apart, when a copy round
+    #  came between it and its attempt: decisions 0.5 s apart are counted)
+    timed, last = 0, None
+    for m in re.finditer(r"(\d\d):(\d\d):(\d\d\.\d+) UTC \[\d+\] DEBUG:  pg_tsmove: job %d: "
+                         r"watched \d+ looks, an attempt is timed now" % job, log):
+        t = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+        if last is None or t - last > 0.5:
+            timed += 1
+        last = t
+    at_guard = log.count("waiting for a statement that may create storage")
+    assert results.get("hold") == "done", results
+    assert at_guard >= 1, log[-2000:]
+    assert timed <= 3, (timed, at_guard)

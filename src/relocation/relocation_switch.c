@@ -495,6 +495,10 @@ tsm_relocation_switch_lock(TsmJob *job)
 	{
 		char		holders[128];
 
+		/* it held the relations' locks for its wait: none timed for a while */
+		if (job->block.timed_wait_ms > 0)
+			job->block.timed_failed_at = GetCurrentTimestamp();
+
 		tsm_guard_holders(holders, sizeof(holders));
 		tsm_ctl_note(&job->ctl, "waiting for a statement that may create storage to end "
 					 "(process %s: CREATE, ALTER, REINDEX, VACUUM FULL, ... anywhere in the "
