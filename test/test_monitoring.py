@@ -322,11 +322,15 @@ def test_pair_table_evicts_least_used_pairs_when_full(primary):
     assert capacity == 100
     assert 0 < held <= 100
     assert evicted >= 276 + 1 - 100, status
-    # the much-used pair survived; the table still takes new pairs
-    assert pair(pairs(primary), "t00", "t01")["executions"] == 31
+    # the much-used pair survived; the table still takes new pairs (a
+    # session's last pairs may reach the table after its connection closed,
+    # its backend exiting: looked for again until they have)
+    wait_for(lambda: (pair(pairs(primary), "t00", "t01") or {}).get("executions") == 31, 10,
+             interval_s=0.1, what="the pair's 31st execution: %r" % pair(pairs(primary), "t00", "t01"))
     with primary.conn() as conn:
         conn.execute("SELECT count(*) FROM t22 JOIN t23 USING (id)").fetchall()
-    assert pair(pairs(primary), "t22", "t23") is not None
+    wait_for(lambda: pair(pairs(primary), "t22", "t23") is not None, 10, interval_s=0.1,
+             what="the new pair")
 
     # the pairs and the eviction count survive a clean restart
     kept = pairs(primary)
