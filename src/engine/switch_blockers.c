@@ -211,6 +211,18 @@ remember_held_tags(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags,
 }
 
 /*
+ * An attempt that held locks for its wait and failed: if it was a timed
+ * one (block->timed_wait_ms, a wait longer than the lock timeout), no
+ * timed attempt for TSM_LINE_UP_INTERVAL_MS, whatever it failed at.
+ */
+void
+tsm_switch_timed_attempt_failed(TsmSwitchBlock *block)
+{
+	if (block->timed_wait_ms > 0)
+		block->timed_failed_at = GetCurrentTimestamp();
+}
+
+/*
  * An attempt did not get its locks in time.  Remember since when the
  * switch is blocked and which client transactions blocked it, and cancel
  * the autovacuum workers among the blockers (but wraparound's).  Runs with
@@ -227,9 +239,7 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 		block->blocked_since = GetCurrentTimestamp();
 	remember_held_tags(block, tags, ntags, held);
 	pfree(held);
-	/* a timed attempt failed: none for TSM_LINE_UP_INTERVAL_MS */
-	if (block->timed_wait_ms > 0)
-		block->timed_failed_at = GetCurrentTimestamp();
+	tsm_switch_timed_attempt_failed(block);
 	block->nblockers = 0;
 	foreach(lc, blockers)
 	{

@@ -91,6 +91,7 @@ typedef struct TsmSwitchBlock
 extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
 								  const char *what, Oid submitted_by,
 								  LOCKMODE lockmode);
+extern void tsm_switch_timed_attempt_failed(TsmSwitchBlock *block);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
 extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,

@@ -38,9 +38,17 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 
 #include "pg_tsmove.h"
+
+/* Milliseconds from one timestamp to another (negative if it is earlier). */
+static inline double
+tsm_ms_between(TimestampTz from, TimestampTz to)
+{
+	return (double) (to - from) / 1000.0;
+}
 
 /* How a worker paces its copy (pg_tsmove.pacing). */
 typedef enum TsmPacing

@@ -147,7 +147,7 @@ pacer_sample(TsmPacer *pacer)
 static double
 seconds_between(TimestampTz start, TimestampTz stop)
 {
-	return Max((double) (stop - start) / USECS_PER_SEC, 0.001);
+	return Max(tsm_ms_between(start, stop) / 1000.0, 0.001);
 }
 
 static void

@@ -343,7 +343,7 @@ tsm_relation_switch_commit(TsmJob *job)
 		UnregisterXactCallback(note_switch_commit, job);
 	}
 	PG_END_TRY();
-	job->ctl.progress.switch_ms = (double) (switch_committed_at - job->lock_granted) / 1000.0;
+	job->ctl.progress.switch_ms = tsm_ms_between(job->lock_granted, switch_committed_at);
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
 	return true;
 }

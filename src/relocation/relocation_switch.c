@@ -496,8 +496,7 @@ tsm_relocation_switch_lock(TsmJob *job)
 		char		holders[128];
 
 		/* it held the relations' locks for its wait: none timed for a while */
-		if (job->block.timed_wait_ms > 0)
-			job->block.timed_failed_at = GetCurrentTimestamp();
+		tsm_switch_timed_attempt_failed(&job->block);
 
 		tsm_guard_holders(holders, sizeof(holders));
 		tsm_ctl_note(&job->ctl, "waiting for a statement that may create storage to end "
@@ -1035,8 +1034,8 @@ tsm_relocation_switch_end(TsmJob *job)
 			elog(LOG, "pg_tsmove job %lld: a switch lock was not held at its release",
 				 (long long) job->row.job_id);
 	if (st->nlocked > 0)
-		job->ctl.progress.switch_ms =
-			(double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
+		job->ctl.progress.switch_ms = tsm_ms_between(job->lock_granted,
+													 GetCurrentTimestamp());
 	st->nlocked = 0;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	tsm_jobrec_set_state(job->row.job_id, TSM_WARMING, NULL);
@@ -1044,6 +1043,7 @@ tsm_relocation_switch_end(TsmJob *job)
 	tsm_standby_end_pause(st);	/* before the commit frees the lock */
 	CommitTransactionCommand();
 	if (job->ctl.progress.switch_ms < 0)	/* a standby's: replay paused */
-		job->ctl.progress.switch_ms = (double) (GetCurrentTimestamp() - job->lock_granted) / 1000.0;
+		job->ctl.progress.switch_ms = tsm_ms_between(job->lock_granted,
+													 GetCurrentTimestamp());
 	tsm_ctl_set_state(&job->ctl, TSM_WARMING);
 }

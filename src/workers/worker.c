@@ -322,12 +322,6 @@ typedef struct SwitchTiming
 	int64		whole;			/* blocks_under_lock when the locks came */
 } SwitchTiming;
 
-static double
-ms_between(TimestampTz from, TimestampTz to)
-{
-	return (double) (to - from) / 1000.0;
-}
-
 /*
  * One LOG line per committed switch: what its locks were held for, so that
  * a DBA (and the evaluation) can tell a slow device from a big backlog.
@@ -340,13 +334,13 @@ log_switch_timing(TsmJob *job, const SwitchTiming *t)
 					"copied in %.1f ms, %lld blocks of whole files in %.1f ms, fsync %.1f ms, "
 					"then %.1f ms to the commit",
 					(long long) job->row.job_id,
-					ms_between(job->lock_granted, t->drained),
+					tsm_ms_between(job->lock_granted, t->drained),
 					(long long) (job->ctl.progress.blocks_recopied - t->recopied),
-					ms_between(t->drained, t->dirty_copied),
+					tsm_ms_between(t->drained, t->dirty_copied),
 					(long long) (job->ctl.progress.blocks_under_lock - t->whole),
-					ms_between(t->dirty_copied, t->whole_copied),
-					ms_between(t->whole_copied, t->synced),
-					ms_between(t->synced, GetCurrentTimestamp()))));
+					tsm_ms_between(t->dirty_copied, t->whole_copied),
+					tsm_ms_between(t->whole_copied, t->synced),
+					tsm_ms_between(t->synced, GetCurrentTimestamp()))));
 }
 
 /*
