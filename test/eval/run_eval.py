@@ -400,7 +400,6 @@ def run_method(method, args, cluster, disks, snap, tablespaces, expected, progre
     res["switch_timings"] = [m.group(1) for m in re.finditer(
         r"pg_tsmove: (job \d+ switched: .*)", cluster.log_contents())][:20]
     cluster.stop("fast")
-    shutil.copy(cluster.log_file, os.path.join(logdir, "server.log"))
     report.method_metrics(res, {"warmup_s": args.warmup_s, "settle_s": args.settle_s})
     res["tpm_1s"] = {n: [round(v, 2) for _, v in series]
                      for n, series in report.binned(res, 1.0).items()}
@@ -644,9 +643,10 @@ def main(argv=None):
                      "exception": "%s: %s" % (type(e).__name__, e)}
                 if cluster.is_running():
                     cluster.stop("immediate")
-                # (kept: the next method's restore empties the log)
-                if os.path.exists(cluster.log_file):
-                    shutil.copy(cluster.log_file, os.path.join(logdir, "server.log"))
+            # the method's server log, a failed one's too (the next method's
+            # restore empties it)
+            if os.path.exists(cluster.log_file):
+                shutil.copy(cluster.log_file, os.path.join(logdir, "server.log"))
             res["methods"].append(slim(r) if "streams" in r else r)
             res["methods"][-1]["_full"] = r
     except KeyboardInterrupt as e:
