@@ -8,7 +8,10 @@
 --                               did.  A relation's share of its tablespace
 --                               counts every database's reads there, its
 --                               share of the writes every database's rows
---                               written there (both over the horizon)
+--                               written there (both over the horizon, and
+--                               none where there were none: the counters
+--                               since the statistics reset only until the
+--                               sampler's sums count, after a start-up)
 --   tsmove.tablespace_recent_io() (new) those reads: the recent sums per
 --                               tablespace over every database
 --   tsmove.autopilot_measure()  the lesser of equal work per device (from
@@ -16,6 +19,10 @@
 --                               reads: a new argument, else the autopilot's
 --                               decision's) and by the total work;
 --                               `measured` says which, and has both
+--   tsmove.autopilot_step()     no move until the sampler has followed
+--                               reads and writes for a time constant
+--                               (until then the shares would come from
+--                               the counters since the statistics reset)
 
 \echo Use "ALTER EXTENSION pg_tsmove UPDATE TO '0.8'" to load this file. \quit
 
@@ -92,9 +99,11 @@ GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg
  *              tsmove.relation_recent_io() over
  *              tsmove.tablespace_recent_io(); a table's TOAST counts as its
  *              own), times the tablespace's share of the device's reads in
- *              the history.  Where the sampler has no sums yet (after a
- *              restart), this database's share of the cumulative counters;
- *              with no history, the cumulative share of the device.
+ *              the history (none where nothing was read there).  Until
+ *              the sampler has kept its sums for a time constant (after a
+ *              start-up), this database's share of the cumulative counters
+ *              instead; with no history, the cumulative share of the
+ *              device.  tsmove.autopilot_step() does not act on those.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
  *              inserts and non-HOT updates)
@@ -105,8 +114,8 @@ GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg
  *              same sums, per tablespace: tablespace_recent_io(); rows
  *              changed and index rows, both where their table is; not
  *              scaled where none are counted, as for an index stored apart
- *              from its table); where the sampler has no sums of the
- *              device's tablespaces yet, from the cumulative counters,
+ *              from its table); until the sampler's sums count, from
+ *              the cumulative counters,
  *              times this database's share of the reads there (no counter
  *              says what other databases wrote).  Bulk inserts count as
  *              hits, so they look cheap
@@ -395,16 +404,22 @@ BEGIN
         FROM rel r
         LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),
-    -- each relation's share of its device's reads, over the horizon where
-    -- the history has its tablespace (its share of every database's reads
-    -- there times the tablespace's share of the device's), else since the
-    -- counters' resets (least() ignores a NULL: a share with no
-    -- denominator is 0)
+    -- each relation's share of its device's reads over the horizon (its
+    -- share of every database's reads of its tablespace times the
+    -- tablespace's share of the device's in the history; none where there
+    -- were none); until the sampler's sums count (after a start-up), its
+    -- share of this database's since the counters' resets, times the
+    -- tablespace's share where the history has it (least() ignores a
+    -- NULL: a share with no denominator is 0)
     rel_share AS MATERIALIZED (
         SELECT r.oid AS relid, d.device,
-               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
-                                      THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
-                                                ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
+               least(1, coalesce(CASE WHEN recent_ok
+                                      -- (none where nothing was read lately)
+                                      THEN CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
+                                                THEN r.recent_read / nullif(sr.recent_read, 0)
+                                                     * d.window_blocks_read / dr.window_blocks_read END
+                                      WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
+                                      THEN r.blocks_read::numeric / nullif(sr.blocks_read, 0)
                                            * d.window_blocks_read / dr.window_blocks_read
                                       ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS share
         FROM rel r
@@ -489,7 +504,6 @@ BEGIN
                src.util_older AS src_util_older, src.util_newer AS src_util_newer,
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
-               coalesce(sr.recent_read > 0, false) AS recent_reads,
                dr.all_recent_rows IS NOT NULL AS recent_writes,
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
@@ -497,12 +511,12 @@ BEGIN
                -- its share of the writes: of this database's pages written
                -- there, scaled by this database's share of every database's
                -- rows changed there over the horizon (since the statistics
-               -- reset, where the sampler has no sums: its share of the
+               -- reset, until the sampler's sums count: its share of the
                -- reads, as no counter says what other databases wrote)
                -- (none if this database wrote nothing there lately; all of
                -- what it wrote if no other database's rows are counted
                -- there, as for an index stored apart from its table)
-               least(1, coalesce(CASE WHEN dr.all_recent_rows IS NOT NULL
+               least(1, coalesce(CASE WHEN recent_ok
                                       THEN coalesce(r.recent_written / nullif(dr.recent_written, 0), 0)
                                            * CASE WHEN dr.all_recent_rows > 0
                                                   THEN least(1, coalesce(dr.own_recent_rows, 0) / dr.all_recent_rows)
@@ -647,12 +661,14 @@ BEGIN
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
                        ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END,
                   round(coalesce(b.read_share_f, 0) * 100, 1), b.src_device,
-                  CASE WHEN b.recent_reads THEN recent_text ELSE 'since the statistics reset' END,
+                  CASE WHEN recent_ok THEN recent_text ELSE 'since the statistics reset' END,
                   CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
+                       WHEN recent_ok THEN 'none read there over the horizon'
                        ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
                   round(coalesce(b.write_share_f, 0) * 100, 1),
                   CASE WHEN b.recent_writes
                        THEN recent_text || ', scaled by this database''s share of every database''s there'
+                       WHEN recent_ok THEN recent_text || ': none written there'
                        ELSE 'since the statistics reset, scaled by this database''s share of the reads there' END,
                   round(b.src_read_share * 100, 1), b.src_device,
                   round(b.moved, 1), round(b.src_util, 1), b.tgt_device)
@@ -900,3 +916,295 @@ BEGIN
 END
 $measure$;
 REVOKE ALL ON FUNCTION tsmove.autopilot_measure(bigint, interval, numeric) FROM PUBLIC;
+
+/*
+ * The autopilot's step: as 0.5's, and no move rests on shares from the
+ * counters since the statistics reset (0.8).
+ */
+CREATE OR REPLACE FUNCTION tsmove.autopilot_step(act boolean,
+                                      in_flight_elsewhere boolean,
+                                      cluster_last_finished timestamptz,
+                                      cluster_moves_today integer,
+                                      cluster_bytes_today bigint,
+                                      stopped_db oid,
+                                      OUT best_benefit double precision,
+                                      OUT in_flight boolean,
+                                      OUT last_finished timestamptz,
+                                      OUT moves_today integer,
+                                      OUT bytes_today bigint,
+                                      OUT stopped boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $step$
+DECLARE
+    autopilot_mode text := current_setting('pg_tsmove.autopilot');
+    evidence_window interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_evidence'));
+    settle_time interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.relation_map_refresh'));
+    hold_time interval := make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_hold'));
+    min_benefit numeric := current_setting('pg_tsmove.autopilot_min_benefit')::numeric;
+    min_read numeric := current_setting('pg_tsmove.autopilot_min_read_mb')::numeric;
+    max_moves integer := current_setting('pg_tsmove.autopilot_max_moves_per_day')::integer;
+    max_bytes bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name = 'pg_tsmove.autopilot_max_mb_per_day') * 1048576;
+    rate numeric := nullif(current_setting('pg_tsmove.autopilot_max_rate_mb')::numeric, 0);
+    win text := current_setting('pg_tsmove.autopilot_window');
+    targets name[] := ARRAY(SELECT t[1] FROM tsmove.autopilot_name_list(current_setting('pg_tsmove.autopilot_targets')) t);
+    never_list text := current_setting('pg_tsmove.autopilot_never_move');
+    d record;
+    c record;
+    best record;
+    have_best boolean := false;
+    best_rel regclass;
+    acceptable jsonb[] := '{}';
+    i integer;
+    code text;
+    why text;
+    m record;
+    logged regclass[] := '{}';
+    new_job bigint;
+    win_from time;
+    win_to time;
+    blocker_code text;
+    blocker text;
+    shares_followed boolean;
+    shares_why text;
+BEGIN
+    -- 1. follow-ups
+    FOR d IN SELECT s.decision_id, s.job_id, s.relid, s.relname, s.kind, s.source_tablespace,
+                    s.target_tablespace, s.relation_bytes, s.predicted_benefit_pct, s.evidence,
+                    j.state, j.error
+             FROM tsmove.decision s
+             JOIN tsmove.job j ON j.job_id = s.job_id
+             WHERE s.action = 'started' AND j.state IN ('done', 'failed', 'cancelled')
+               AND NOT EXISTS (SELECT FROM tsmove.decision o
+                               WHERE o.job_id = s.job_id AND o.action IN ('done', 'failed'))
+    LOOP
+        PERFORM tsmove.autopilot_log(CASE d.state WHEN 'done' THEN 'done' ELSE 'failed' END,
+                                     d.relid, d.relname, d.kind, d.source_tablespace, d.target_tablespace,
+                                     d.relation_bytes, 'job_' || d.state,
+                                     CASE d.state WHEN 'done' THEN format('job %s finished; its outcome is measured over %s of history, from %s after its end (pg_tsmove.autopilot_evidence, to let it settle)', d.job_id, evidence_window, evidence_window)
+                                          ELSE format('job %s ended %s: %s', d.job_id, d.state, coalesce(d.error, 'no error recorded')) END,
+                                     d.predicted_benefit_pct, d.evidence, d.job_id);
+    END LOOP;
+    FOR d IN SELECT s.decision_id, s.job_id, s.relname, s.predicted_benefit_pct
+             FROM tsmove.decision s
+             JOIN tsmove.job j ON j.job_id = s.job_id
+             WHERE s.action = 'done' AND s.measured_at IS NULL
+               AND j.finished_at + 2 * evidence_window
+                   + make_interval(secs => (SELECT s.setting::double precision FROM pg_settings s WHERE s.name = 'pg_tsmove.relation_map_refresh')) < now()
+    LOOP
+        SELECT * INTO m FROM tsmove.autopilot_measure(d.job_id, evidence_window);
+        UPDATE tsmove.decision
+        SET measured_at = now(), measured_benefit_pct = m.benefit_pct, measured = m.measured,
+            verdict = CASE WHEN m.benefit_pct IS NULL THEN 'not measurable'
+                           WHEN m.benefit_pct >= 0.5 * d.predicted_benefit_pct AND m.benefit_pct > 0 THEN 'helped'
+                           ELSE 'did not help' END
+        WHERE decision_id = d.decision_id;
+        IF m.benefit_pct IS NOT NULL AND NOT (m.benefit_pct >= 0.5 * d.predicted_benefit_pct AND m.benefit_pct > 0) THEN
+            PERFORM tsmove.autopilot_log('stopped', NULL, NULL, NULL, NULL, NULL, NULL, 'benefit_missing',
+                format('job %s (%s) was predicted to take %s points off the busier device and measured %s: the autopilot makes no more moves until SELECT tsmove.autopilot_resume()',
+                       d.job_id, d.relname, d.predicted_benefit_pct, m.benefit_pct),
+                NULL, NULL, d.job_id);
+        END IF;
+    END LOOP;
+
+    SELECT bool_or(j.state NOT IN ('done', 'failed', 'cancelled')) INTO in_flight
+    FROM tsmove.decision s JOIN tsmove.job j ON j.job_id = s.job_id WHERE s.action = 'started';
+    in_flight := coalesce(in_flight, false);
+    SELECT max(j.finished_at) INTO last_finished
+    FROM tsmove.decision s JOIN tsmove.job j ON j.job_id = s.job_id WHERE s.action = 'started';
+    SELECT count(*), coalesce(sum(s.relation_bytes), 0) INTO moves_today, bytes_today
+    FROM tsmove.decision s WHERE s.action = 'started' AND s.decided_at > now() - interval '1 day';
+    SELECT s.action = 'stopped' INTO stopped
+    FROM tsmove.decision s WHERE s.action IN ('stopped', 'resumed')
+    ORDER BY s.decision_id DESC LIMIT 1;
+    stopped := coalesce(stopped, false);
+    IF autopilot_mode = 'off' THEN
+        RETURN;
+    END IF;
+    -- the log keeps what it did for good, what it did not do for 30 days
+    IF NOT act THEN
+        DELETE FROM tsmove.decision
+        WHERE action IN ('skipped', 'proposed') AND last_seen_at < now() - interval '30 days';
+    END IF;
+
+    BEGIN   -- an error from here on is logged, not only in the server log
+    -- 2. the candidates, then the policies
+    -- Until the sampler has followed the reads and writes for a time
+    -- constant since the server started, advise_candidates() takes the
+    -- shares from the counters since the statistics reset, which a clean
+    -- restart keeps: they may be another load's, so no move rests on them.
+    SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
+           CASE WHEN count(*) = 0
+                THEN 'the sampler has no sums of reads and writes yet'
+                ELSE format('the sampler has followed reads and writes for %s s since the server started, and the shares over %s need %s s (their time constant)',
+                            round(min(x.followed_s)::numeric), evidence_window, max(x.time_constant_s)) END
+             || ': until then they would come from the counters since the statistics reset, which a restart keeps and may be of another load'
+    INTO shares_followed, shares_why
+    FROM tsmove.tablespace_recent_io(evidence_window) x;
+    FOR c IN SELECT x.*, n.nspname, cl.relname AS bare_name, tbl.relname AS table_name
+             FROM tsmove.advise_candidates(min_read, evidence_window) x
+             JOIN pg_class cl ON cl.oid = x.relation::oid
+             JOIN pg_namespace n ON n.oid = cl.relnamespace
+             LEFT JOIN pg_index ix ON ix.indexrelid = cl.oid
+             LEFT JOIN pg_class tbl ON tbl.oid = ix.indrelid AND tbl.relnamespace = cl.relnamespace
+             ORDER BY (x.verdict_code IS NULL) DESC, x.benefit_pct DESC NULLS LAST, x.score_mb DESC
+    LOOP
+        -- a tablespace it may not move into is not a candidate at all
+        IF cardinality(targets) > 0 AND NOT (c.target_tablespace = ANY (targets)) THEN
+            CONTINUE;
+        END IF;
+        code := c.verdict_code;
+        why := c.verdict;
+        -- never-move entries name a table (its indexes and TOAST with it) or an index
+        IF code IS NULL AND EXISTS (
+               SELECT FROM tsmove.autopilot_name_list(never_list) n
+               CROSS JOIN LATERAL (VALUES (c.nspname, c.bare_name), (c.nspname, c.table_name)) AS r(nsp, rel)
+               WHERE r.rel IS NOT NULL
+                 AND CASE cardinality(n)
+                     WHEN 2 THEN n[1] = r.nsp AND n[2] IN (r.rel, '*')
+                     WHEN 3 THEN n[1] = current_database() AND n[2] = r.nsp AND n[3] IN (r.rel, '*')
+                     ELSE false END) THEN
+            code := 'never_move';
+            why := format('%s is in pg_tsmove.autopilot_never_move', c.relation);
+        END IF;
+        IF code IS NULL THEN
+            SELECT format('the autopilot moved %s at %s (job %s); it stays there until %s (pg_tsmove.autopilot_hold)',
+                          c.relation, date_trunc('second', s.decided_at), s.job_id, date_trunc('second', s.decided_at + hold_time))
+            INTO why
+            FROM tsmove.decision s
+            WHERE s.relid = c.relation::oid AND s.action IN ('started', 'done') AND s.decided_at > now() - hold_time
+            ORDER BY s.decision_id DESC LIMIT 1;
+            IF FOUND THEN
+                code := 'held';
+            ELSE
+                why := NULL;
+            END IF;
+        END IF;
+        IF code IS NULL AND NOT shares_followed THEN
+            code := 'shares_not_recent';
+            why := shares_why;
+        END IF;
+        IF code IS NULL AND EXISTS (
+               SELECT FROM tsmove.decision s
+               WHERE s.relid = c.relation::oid AND s.target_tablespace = c.target_tablespace
+                 AND s.action = 'skipped' AND s.reason_code = 'move_refused'
+                 AND s.last_seen_at > now() - evidence_window) THEN
+            -- refused lately (logged then): others go first until a window has passed
+            CONTINUE;
+        END IF;
+        IF code IS NULL AND c.benefit_pct < min_benefit THEN
+            code := 'below_min_benefit';
+            why := format('predicted benefit %s points of utilisation (%s at %s%%, %s after; %s at %s%%, %s after), below pg_tsmove.autopilot_min_benefit = %s',
+                          c.benefit_pct, c.source_device, c.source_util_pct, c.source_util_after_pct,
+                          c.target_device, c.target_util_pct, c.target_util_after_pct, min_benefit);
+        END IF;
+        IF code IS NULL THEN
+            IF NOT have_best THEN
+                best := c;
+                best_rel := c.relation;
+                have_best := true;
+            END IF;
+            acceptable := acceptable || to_jsonb(c);
+            CONTINUE;
+        END IF;
+        -- log why not (look pass; not for the relation it will move)
+        -- (the most promising reason per relation, ten relations at most)
+        IF NOT act AND cardinality(logged) < 10 AND best_rel IS DISTINCT FROM c.relation
+           AND NOT (c.relation = ANY (logged)) THEN
+            PERFORM tsmove.autopilot_log('skipped', c.relation::oid, c.relation::text, c.kind,
+                                         c.source_tablespace, c.target_tablespace, c.relation_bytes,
+                                         code, why, c.benefit_pct, to_jsonb(c), NULL);
+            logged := logged || c.relation;
+        END IF;
+    END LOOP;
+    IF NOT have_best THEN
+        RETURN;
+    END IF;
+    best_benefit := best.benefit_pct;
+    IF NOT act THEN
+        RETURN;
+    END IF;
+
+    -- 3. act, unless something says not now
+    IF stopped OR stopped_db IS NOT NULL THEN
+        blocker_code := 'stopped';
+        blocker := format('the autopilot stopped itself after a move that did not bring its benefit (see the stopped row%s); SELECT tsmove.autopilot_resume() there lets it move again',
+                          CASE WHEN stopped THEN '' ELSE ' in database ' || coalesce((SELECT datname FROM pg_database WHERE oid = stopped_db)::text, stopped_db::text) END);
+    ELSIF in_flight OR in_flight_elsewhere THEN
+        RETURN;
+    ELSIF NOT tsmove.autopilot_window_open(win) THEN
+        blocker_code := 'outside_window';
+        blocker := format('outside pg_tsmove.autopilot_window (%s; server time now %s)', win,
+                          to_char(now() AT TIME ZONE coalesce((SELECT f.setting FROM pg_file_settings f
+                                                               WHERE f.name = 'timezone' AND f.applied
+                                                               ORDER BY f.seqno DESC LIMIT 1), 'GMT'), 'HH24:MI'));
+    END IF;
+    -- the last move must settle and be measured before the next one: its
+    -- window after must not hold another copy
+    IF blocker_code IS NULL AND greatest(cluster_last_finished, last_finished)
+                                > now() - 2 * evidence_window - settle_time THEN
+        blocker_code := 'waiting_for_evidence';
+        blocker := format('the last move ended at %s; the autopilot measures it over the window that starts %s after it, and moves again only after that (pg_tsmove.autopilot_evidence)',
+                          date_trunc('second', greatest(cluster_last_finished, last_finished)),
+                          evidence_window + settle_time);
+    END IF;
+    IF blocker_code IS NULL AND greatest(cluster_moves_today, moves_today) >= max_moves THEN
+        blocker_code := 'daily_moves';
+        blocker := format('%s moves started in the last 24 hours, the most pg_tsmove.autopilot_max_moves_per_day allows',
+                          greatest(cluster_moves_today, moves_today));
+    END IF;
+    IF blocker_code IS NOT NULL THEN
+        PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
+                                     best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                     blocker_code, blocker, best.benefit_pct, to_jsonb(best), NULL);
+        RETURN;
+    END IF;
+    -- the acceptable candidates, best first: one that is refused or too big
+    -- for the day's limit does not hold up the next
+    FOR i IN 1 .. cardinality(acceptable) LOOP
+        best := jsonb_populate_record(NULL::tsmove.autopilot_candidate, acceptable[i]);
+        IF max_bytes > 0 AND greatest(cluster_bytes_today, bytes_today) + best.relation_bytes > max_bytes THEN
+            PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'daily_bytes',
+                                         format('moving %s (%s) would take the last 24 hours past pg_tsmove.autopilot_max_mb_per_day (%s moved)',
+                                                best.relation, pg_size_pretty(best.relation_bytes),
+                                                pg_size_pretty(greatest(cluster_bytes_today, bytes_today))),
+                                         best.benefit_pct, acceptable[i], NULL);
+            CONTINUE;
+        END IF;
+        IF autopilot_mode = 'propose' THEN
+            PERFORM tsmove.autopilot_log('proposed', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'proposal', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
+                                         best.benefit_pct, acceptable[i], NULL);
+            RETURN;
+        END IF;
+        BEGIN
+            EXECUTE format('SET LOCAL ROLE %I', best.relation_owner);
+            new_job := tsmove.move(best.relation, best.target_tablespace, 'online', rate, false);
+            RESET ROLE;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM tsmove.autopilot_log('skipped', best.relation::oid, best.relation::text, best.kind,
+                                         best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                         'move_refused',
+                                         format('tsmove.move(%L, %L) as the owner, %s, failed: %s', best.relation::text,
+                                                best.target_tablespace, best.relation_owner, SQLERRM),
+                                         best.benefit_pct, acceptable[i], NULL);
+            CONTINUE;
+        END;
+        PERFORM tsmove.autopilot_log('started', best.relation::oid, best.relation::text, best.kind,
+                                     best.source_tablespace, best.target_tablespace, best.relation_bytes,
+                                     'started', best.reason || format('; predicted: %s points off the busier device', best.benefit_pct),
+                                     best.benefit_pct, acceptable[i], new_job);
+        in_flight := true;
+        RETURN;
+    END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS why = MESSAGE_TEXT;
+        PERFORM tsmove.autopilot_log('skipped', NULL, NULL, NULL, NULL, NULL, NULL, 'error',
+                                     format('the autopilot''s step failed: %s', why), NULL, NULL, NULL);
+        best_benefit := NULL;
+    END;
+END
+$step$;

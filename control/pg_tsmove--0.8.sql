@@ -847,9 +847,11 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              tsmove.relation_recent_io() over
  *              tsmove.tablespace_recent_io(); a table's TOAST counts as its
  *              own), times the tablespace's share of the device's reads in
- *              the history.  Where the sampler has no sums yet (after a
- *              restart), this database's share of the cumulative counters;
- *              with no history, the cumulative share of the device.
+ *              the history (none where nothing was read there).  Until
+ *              the sampler has kept its sums for a time constant (after a
+ *              start-up), this database's share of the cumulative counters
+ *              instead; with no history, the cumulative share of the
+ *              device.  tsmove.autopilot_step() does not act on those.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
  *              inserts and non-HOT updates)
@@ -860,8 +862,8 @@ GRANT SELECT ON tsmove.tablespace_io, tsmove.tablespace_io_history, tsmove.coacc
  *              same sums, per tablespace: tablespace_recent_io(); rows
  *              changed and index rows, both where their table is; not
  *              scaled where none are counted, as for an index stored apart
- *              from its table); where the sampler has no sums of the
- *              device's tablespaces yet, from the cumulative counters,
+ *              from its table); until the sampler's sums count, from
+ *              the cumulative counters,
  *              times this database's share of the reads there (no counter
  *              says what other databases wrote).  Bulk inserts count as
  *              hits, so they look cheap
@@ -1150,16 +1152,22 @@ BEGIN
         FROM rel r
         LEFT JOIN spc_recent sx ON sx.spcoid = r.spcoid
         GROUP BY r.spcoid),
-    -- each relation's share of its device's reads, over the horizon where
-    -- the history has its tablespace (its share of every database's reads
-    -- there times the tablespace's share of the device's), else since the
-    -- counters' resets (least() ignores a NULL: a share with no
-    -- denominator is 0)
+    -- each relation's share of its device's reads over the horizon (its
+    -- share of every database's reads of its tablespace times the
+    -- tablespace's share of the device's in the history; none where there
+    -- were none); until the sampler's sums count (after a start-up), its
+    -- share of this database's since the counters' resets, times the
+    -- tablespace's share where the history has it (least() ignores a
+    -- NULL: a share with no denominator is 0)
     rel_share AS MATERIALIZED (
         SELECT r.oid AS relid, d.device,
-               least(1, coalesce(CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
-                                      THEN CASE WHEN sr.recent_read > 0 THEN r.recent_read / sr.recent_read
-                                                ELSE r.blocks_read::numeric / nullif(sr.blocks_read, 0) END
+               least(1, coalesce(CASE WHEN recent_ok
+                                      -- (none where nothing was read lately)
+                                      THEN CASE WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
+                                                THEN r.recent_read / nullif(sr.recent_read, 0)
+                                                     * d.window_blocks_read / dr.window_blocks_read END
+                                      WHEN dr.window_blocks_read > 0 AND d.window_blocks_read IS NOT NULL
+                                      THEN r.blocks_read::numeric / nullif(sr.blocks_read, 0)
                                            * d.window_blocks_read / dr.window_blocks_read
                                       ELSE r.blocks_read::numeric / nullif(dr.blocks_read, 0) END, 0)) AS share
         FROM rel r
@@ -1244,7 +1252,6 @@ BEGIN
                src.util_older AS src_util_older, src.util_newer AS src_util_newer,
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
-               coalesce(sr.recent_read > 0, false) AS recent_reads,
                dr.all_recent_rows IS NOT NULL AS recent_writes,
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
@@ -1252,12 +1259,12 @@ BEGIN
                -- its share of the writes: of this database's pages written
                -- there, scaled by this database's share of every database's
                -- rows changed there over the horizon (since the statistics
-               -- reset, where the sampler has no sums: its share of the
+               -- reset, until the sampler's sums count: its share of the
                -- reads, as no counter says what other databases wrote)
                -- (none if this database wrote nothing there lately; all of
                -- what it wrote if no other database's rows are counted
                -- there, as for an index stored apart from its table)
-               least(1, coalesce(CASE WHEN dr.all_recent_rows IS NOT NULL
+               least(1, coalesce(CASE WHEN recent_ok
                                       THEN coalesce(r.recent_written / nullif(dr.recent_written, 0), 0)
                                            * CASE WHEN dr.all_recent_rows > 0
                                                   THEN least(1, coalesce(dr.own_recent_rows, 0) / dr.all_recent_rows)
@@ -1402,12 +1409,14 @@ BEGIN
                   CASE WHEN rate_mb > 0 THEN format('at pg_tsmove.max_rate_mb = %s MB/s', rate_mb)
                        ELSE 'not estimated: pg_tsmove.max_rate_mb = 0 (no ceiling: the pace depends on the load)' END,
                   round(coalesce(b.read_share_f, 0) * 100, 1), b.src_device,
-                  CASE WHEN b.recent_reads THEN recent_text ELSE 'since the statistics reset' END,
+                  CASE WHEN recent_ok THEN recent_text ELSE 'since the statistics reset' END,
                   CASE WHEN b.src_window_reads THEN 'the tablespace''s share over the horizon'
+                       WHEN recent_ok THEN 'none read there over the horizon'
                        ELSE 'the device''s since the counters'' resets: no history of its tablespaces' END,
                   round(coalesce(b.write_share_f, 0) * 100, 1),
                   CASE WHEN b.recent_writes
                        THEN recent_text || ', scaled by this database''s share of every database''s there'
+                       WHEN recent_ok THEN recent_text || ': none written there'
                        ELSE 'since the statistics reset, scaled by this database''s share of the reads there' END,
                   round(b.src_read_share * 100, 1), b.src_device,
                   round(b.moved, 1), round(b.src_util, 1), b.tgt_device)
@@ -1888,7 +1897,8 @@ CREATE TYPE tsmove.autopilot_candidate AS (
  *  2. weigh the candidates (tsmove.advise_candidates() over
  *     pg_tsmove.autopilot_evidence), then its policies: never-move list,
  *     allowed targets, relations it moved within pg_tsmove.autopilot_hold,
- *     the least benefit; log why the relations it will not move are not
+ *     shares that do not come from the sampler's sums yet (for a time
+ *     constant after a start-up), the least benefit; log why the relations it will not move are not
  *     moved (look pass only);
  *  3. when `act`: unless stopped, outside the window, waiting for fresh
  *     evidence after the last move, or past a daily limit (each logged as
@@ -1942,6 +1952,8 @@ DECLARE
     win_to time;
     blocker_code text;
     blocker text;
+    shares_followed boolean;
+    shares_why text;
 BEGIN
     -- 1. follow-ups
     FOR d IN SELECT s.decision_id, s.job_id, s.relid, s.relname, s.kind, s.source_tablespace,
@@ -2004,6 +2016,18 @@ BEGIN
 
     BEGIN   -- an error from here on is logged, not only in the server log
     -- 2. the candidates, then the policies
+    -- Until the sampler has followed the reads and writes for a time
+    -- constant since the server started, advise_candidates() takes the
+    -- shares from the counters since the statistics reset, which a clean
+    -- restart keeps: they may be another load's, so no move rests on them.
+    SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
+           CASE WHEN count(*) = 0
+                THEN 'the sampler has no sums of reads and writes yet'
+                ELSE format('the sampler has followed reads and writes for %s s since the server started, and the shares over %s need %s s (their time constant)',
+                            round(min(x.followed_s)::numeric), evidence_window, max(x.time_constant_s)) END
+             || ': until then they would come from the counters since the statistics reset, which a restart keeps and may be of another load'
+    INTO shares_followed, shares_why
+    FROM tsmove.tablespace_recent_io(evidence_window) x;
     FOR c IN SELECT x.*, n.nspname, cl.relname AS bare_name, tbl.relname AS table_name
              FROM tsmove.advise_candidates(min_read, evidence_window) x
              JOIN pg_class cl ON cl.oid = x.relation::oid
@@ -2042,6 +2066,10 @@ BEGIN
             ELSE
                 why := NULL;
             END IF;
+        END IF;
+        IF code IS NULL AND NOT shares_followed THEN
+            code := 'shares_not_recent';
+            why := shares_why;
         END IF;
         IF code IS NULL AND EXISTS (
                SELECT FROM tsmove.decision s
