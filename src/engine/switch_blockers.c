@@ -267,15 +267,23 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 	list_free_deep(blockers);
 }
 
-/* The watched session of a process, added if there is room; NULL if not. */
+/*
+ * The watched session of a process, added if there is room; NULL if not.
+ * A pid seen before in another backend slot is a new session: what was
+ * learnt of the old one is forgotten.
+ */
 static TsmWatchedSession *
-watched_session(TsmSwitchBlock *block, int pid)
+watched_session(TsmSwitchBlock *block, int pid, PGPROC *proc)
 {
 	TsmWatchedSession *w = NULL;
 
-	for (int i = 0; i < block->nwatched; i++)
+	for (int i = 0; i < block->nwatched && w == NULL; i++)
 		if (block->watched[i].pid == pid)
-			return &block->watched[i];
+		{
+			if (block->watched[i].proc == proc)
+				return &block->watched[i];
+			w = &block->watched[i];
+		}
 	/* a session that holds nothing now makes room, else a free slot */
 	for (int i = 0; i < block->nwatched && w == NULL; i++)
 		if (!LocalTransactionIdIsValid(block->watched[i].lxid))
@@ -286,6 +294,7 @@ watched_session(TsmSwitchBlock *block, int pid)
 		return NULL;
 	memset(w, 0, sizeof(TsmWatchedSession));
 	w->pid = pid;
+	w->proc = proc;
 	w->last_length_ms = -1;
 	return w;
 }
@@ -346,7 +355,7 @@ tsm_switch_block_watch(TsmSwitchBlock *block)
 			unwatched = true;
 			continue;
 		}
-		w = watched_session(block, b->pid);
+		w = watched_session(block, b->pid, tsm_vxid_proc(b->vxid));
 		if (w == NULL)
 		{
 			unwatched = true;

@@ -44,6 +44,8 @@ typedef enum TsmTimedAttempt
 typedef struct TsmWatchedSession
 {
 	int			pid;
+	PGPROC	   *proc;			/* its backend's slot: the same pid in
+								 * another is a new session (a reused pid) */
 	LocalTransactionId lxid;	/* its transaction that holds a lock the
 								 * switch needs, or invalid */
 	TimestampTz since;			/* when that was first seen */
