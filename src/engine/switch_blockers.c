@@ -270,7 +270,11 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 /*
  * The watched session of a process, added if there is room; NULL if not.
  * A pid seen before in another backend slot is a new session: what was
- * learnt of the old one is forgotten.
+ * learnt of the old one is forgotten.  (Only in another slot: PostgreSQL
+ * 15 gives a new backend the PGPROC freed last, so there a reused pid may
+ * well land in the old session's slot and inherit its lengths until one
+ * of its own transactions is seen whole; 18, read for this, takes the
+ * oldest free one.)
  */
 static TsmWatchedSession *
 watched_session(TsmSwitchBlock *block, int pid, PGPROC *proc)
