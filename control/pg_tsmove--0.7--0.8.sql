@@ -27,8 +27,9 @@
 \echo Use "ALTER EXTENSION pg_tsmove UPDATE TO '0.8'" to load this file. \quit
 
 /*
- * Each relation's recent I/O (recent_io.c): now with the tablespace its
- * sums were counted in (they restart when it is seen in another).
+ * Each relation's recent I/O (recent_io.c): now with when its rows were
+ * last changed, and the tablespace its sums were counted in (they restart
+ * when it is seen in another).
  */
 DROP FUNCTION tsmove.relation_recent_io(interval);
 CREATE FUNCTION tsmove.relation_recent_io(
@@ -39,6 +40,7 @@ CREATE FUNCTION tsmove.relation_recent_io(
     OUT index_rows double precision,
     OUT time_constant_s double precision,
     OUT followed_s double precision,
+    OUT last_written timestamptz,
     OUT spcoid oid)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
@@ -60,7 +62,8 @@ CREATE FUNCTION tsmove.tablespace_recent_io(
     OUT rows_changed double precision,
     OUT index_rows double precision,
     OUT time_constant_s double precision,
-    OUT followed_s double precision)
+    OUT followed_s double precision,
+    OUT last_written timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_tablespace_recent_io'
 LANGUAGE C VOLATILE;
@@ -106,7 +109,8 @@ GRANT EXECUTE ON FUNCTION tsmove.tablespace_recent_io(pg_catalog.interval) TO pg
  *              device.  tsmove.autopilot_step() does not act on those.
  *   f_w        its share of the pages written: the rows it and its TOAST
  *              changed, decayed as f_r's reads (an index: its table's
- *              inserts and non-HOT updates)
+ *              inserts and non-HOT updates; only where some rows were
+ *              changed within the horizon: a decayed sum never reaches 0)
  *              times its miss ratio (a page that stays in shared buffers
  *              takes the next change before it is written), over this
  *              database's on the device, times this database's share of
@@ -280,15 +284,21 @@ BEGIN
     -- keeps them since the server started: used once that is one time
     -- constant at least)
     recent AS MATERIALIZED (
-        SELECT x.relid, x.spcoid, x.blocks_read::numeric AS blocks_read, x.rows_changed::numeric AS rows_changed,
-               x.index_rows::numeric AS index_rows, x.time_constant_s
+        SELECT x.relid, x.spcoid, x.blocks_read::numeric AS blocks_read,
+               -- rows changed only where some were within the horizon: a
+               -- decayed sum never reaches 0, and a relation's share of a
+               -- device's writes would keep one long ago whole
+               CASE WHEN x.last_written >= now() - horizon THEN x.rows_changed::numeric ELSE 0 END AS rows_changed,
+               CASE WHEN x.last_written >= now() - horizon THEN x.index_rows::numeric ELSE 0 END AS index_rows,
+               x.time_constant_s
         FROM tsmove.relation_recent_io(horizon) x
         WHERE recent_ok),
     -- every database's recent reads of each tablespace (the same sums, fed
     -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
         SELECT x.spcoid, x.blocks_read::numeric AS blocks_read,
-               (x.rows_changed + x.index_rows)::numeric AS rows_written
+               CASE WHEN x.last_written >= now() - horizon
+                    THEN (x.rows_changed + x.index_rows)::numeric ELSE 0 END AS rows_written
         FROM tsmove.tablespace_recent_io(horizon) x
         WHERE recent_ok),
     -- the recent reads of each table's indexes, by table (a TOAST table's
@@ -1032,12 +1042,16 @@ BEGIN
     -- Until the sampler has followed the reads and writes for a time
     -- constant since the server started, advise_candidates() takes the
     -- shares from the counters since the statistics reset, which a clean
-    -- restart keeps: they may be another load's, so no move rests on them.
-    SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
+    -- restart keeps: they may be another load's, so no move rests on them;
+    -- nor until it has followed them for the whole window, whose history
+    -- (kept too) would otherwise weigh the tablespaces by reads the sums
+    -- have not seen.
+    SELECT coalesce(bool_and(x.followed_s >= greatest(x.time_constant_s, extract(epoch FROM evidence_window))), false),
            CASE WHEN count(*) = 0
                 THEN 'the sampler has no sums of reads and writes yet'
-                ELSE format('the sampler has followed reads and writes for %s s since the server started, and the shares over %s need %s s (their time constant)',
-                            round(min(x.followed_s)::numeric), evidence_window, max(x.time_constant_s)) END
+                ELSE format('the sampler has followed reads and writes for %s s since the server started, and the shares over %s need %s s (the window, and a time constant of the sums)',
+                            round(min(x.followed_s)::numeric), evidence_window,
+                            round(greatest(max(x.time_constant_s), extract(epoch FROM evidence_window)))) END
              || ': until then they would come from the counters since the statistics reset, which a restart keeps and may be of another load'
     INTO shares_followed, shares_why
     FROM tsmove.tablespace_recent_io(evidence_window) x;

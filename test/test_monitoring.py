@@ -947,23 +947,26 @@ def test_history_survives_restart_and_report_shows_the_move(primary):
     assert job_report() == report
 
 
-@pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.autopilot = propose",
-                     "pg_tsmove.autopilot_interval = '1s'",
+@pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.autopilot_interval = '1s'",
                      # shares over 30 s are sums with a time constant of 30 s
                      "pg_tsmove.autopilot_evidence = '30s'",
                      "pg_tsmove.autopilot_min_read_mb = 8",
                      "pg_tsmove.autopilot_min_benefit = 5",
                      "pg_tsmove.autopilot_targets = 'idle'")
 def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystems, primary):
-    """A clean restart keeps the statistics counters and the load history,
-    while the sampler's sums start empty.  Two tables of one tablespace
-    were written and hot read, all before the restart; after it dd keeps
-    their device busy and nobody touches them.  The counters since the
-    reset blamed hot for nearly all of dd's load (the old code: 61.7 of
-    the device's 64 points would follow it).  Now the autopilot calls its
-    shares not recent until the sums have a time constant, then weighs hot
-    on them: none of the device's busy time follows it, no benefit, no
-    proposal (issue 27)."""
+    """Two tables of one tablespace were written and hot read; then dd
+    keeps their device busy and nobody touches them.  Shares must come
+    from the window (issue 27):
+    - before a restart, the decayed sums of rows changed still hold the
+      old inserts, and their ratio gave hot nearly all the device's
+      writes, so of dd's busy time (77.1 of 80.1 points): rows changed now
+      count only where some were within the horizon;
+    - after a clean restart, which keeps the statistics counters and the
+      load history while the sums start empty, those counters blamed hot
+      for nearly all of dd's load (61.7 of 64 points): the autopilot calls
+      its shares not recent until the sums cover the window, then weighs
+      hot on them.
+    Either way none of the device's busy time follows hot: no proposal."""
     (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
     tablespace_on(primary, "busy", busy_mnt)
     tablespace_on(primary, "idle", idle_mnt)
@@ -974,13 +977,30 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
         for _ in range(20):
             conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
         conn.execute("SELECT pg_stat_force_next_flush()")
+        last_touched = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     tau_s = 30
-    with writing_to(os.path.join(busy_mnt, "dd.out")):
-        # a horizon as busy before the restart as after it: a steady load
+    columns = ("SELECT action, reason_code, predicted_benefit_pct, last_seen_at - %s, reason, "
+               "(evidence->>'source_util_pct')::numeric "
+               "- (evidence->>'source_util_after_pct')::numeric "
+               "FROM tsmove.decisions WHERE relation ~ '(hot|warm)$' AND last_seen_at > %s "
+               "ORDER BY decision_id")
+    with writing_to(os.path.join(busy_mnt, "dd.out"), os.path.join(busy_mnt, "dd2.out")):
+        # a horizon as busy before the restart as after it (a steady load),
+        # and the tables' last writes and reads older than the horizon
         wait_for(lambda: primary.sql_scalar(
-            "SELECT min(util_pct) >= 50 AND count(*) >= %s FROM tsmove.tablespace_io_history "
+            "SELECT avg(util_pct) >= 55 AND max(util_pct) - min(util_pct) <= 25 "
+            "AND count(*) >= %s FROM tsmove.tablespace_io_history "
             "WHERE tablespace = 'busy' AND start_time > now() - interval '30 seconds'",
             (tau_s - 5,)), 120, interval_s=1, what="dd to keep busy busy for a horizon")
+        wait_for(lambda: primary.sql_scalar(
+            "SELECT now() > %s + interval '33 seconds'", (last_touched,)), 60, interval_s=1,
+            what="the tables' last writes and reads to leave the horizon")
+        primary.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'propose'")
+        primary.sql("SELECT pg_reload_conf()")
+        enabled = primary.sql_scalar("SELECT now()")
+        before = wait_for(lambda: [d for d in primary.sql(columns, (enabled, enabled))
+                                   if d[0] != "skipped" or d[1] == "below_min_benefit"],
+                          30, interval_s=0.5, what="the autopilot to weigh hot")
         primary.restart()
         restarted = primary.sql_scalar("SELECT pg_postmaster_start_time()")
         assert primary.sql_scalar(
@@ -988,19 +1008,16 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
         wait_for(lambda: primary.sql_scalar(
             "SELECT now() > %s + interval '42 seconds'", (restarted,)), 60, interval_s=1,
             what="a time constant and a few steps after the restart")
-        decided = primary.sql(
-            "SELECT action, reason_code, predicted_benefit_pct, last_seen_at - %s, reason, "
-            "(evidence->>'source_util_pct')::numeric - (evidence->>'source_util_after_pct')::numeric "
-            "FROM tsmove.decisions WHERE relation ~ '(hot|warm)$' AND last_seen_at > %s "
-            "ORDER BY decision_id", (restarted, restarted))
+        decided = primary.sql(columns, (restarted, restarted))
+    # before the restart: weighed on the sums, nothing written lately
+    assert all(d[1] == "below_min_benefit" and d[2] <= 1 and d[5] <= 1 for d in before), before
     assert not [d for d in decided if d[0] in ("proposed", "started")], decided
-    # hot's shares were not recent until the sums had a time constant ...
+    # after it, hot's shares were not recent until the sums covered the window ...
     gated = [d for d in decided if d[1] == "shares_not_recent"]
     assert gated and all(d[0] == "skipped" and d[3] < datetime.timedelta(seconds=tau_s + 8)
                          for d in gated), decided
     assert "need 30 s" in gated[0][4] and "since the statistics reset" in gated[0][4], gated
-    # ... then it was weighed on them: nothing read or written there lately,
-    # so none of the device's busy time follows it
+    # ... then it was weighed on them: none of the device's busy time follows it
     weighed = [d for d in decided if d[1] == "below_min_benefit"]
     assert weighed and all(d[2] <= 1 and d[5] <= 1 for d in weighed), decided
 

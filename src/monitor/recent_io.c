@@ -27,7 +27,13 @@
  * not given the share of a busy database's reads of the same tablespace.
  * Three quantities: blocks read from outside shared buffers, rows changed
  * (inserted, updated, deleted), and rows that changed every index
- * (inserted, or updated not HOT: an index's writes).
+ * (inserted, or updated not HOT: an index's writes).  A decayed sum never
+ * reaches 0, and a share of writes divides two of them, where the decay
+ * cancels out: a relation that wrote an hour ago and nothing since would
+ * keep its whole share of a device nobody else writes.  So each sums also
+ * say when rows were last changed, and the advice counts rows changed only
+ * where that is within its horizon (reads are cut at the horizon by the
+ * history's share of the tablespace instead).
  *
  * The sampler feeds them (tablespace_io.c, each relation's deltas since its
  * previous sample); the decay is applied when a sum is next fed or read.
@@ -68,9 +74,9 @@ PG_FUNCTION_INFO_V1(tsm_tablespace_recent_io);
 #define TSM_RECENT_SCALES 6
 /*
  * Columns of both functions' rows: oid, three sums, time constant,
- * followed; relation_recent_io() adds the tablespace.
+ * followed, last written; relation_recent_io() adds the tablespace.
  */
-#define TSM_RECENT_COLS 7
+#define TSM_RECENT_COLS 8
 
 /* The time constants, in seconds. */
 static const double recent_tau_s[TSM_RECENT_SCALES] = {5, 30, 180, 1080, 6480, 38880};
@@ -85,6 +91,7 @@ typedef struct TsmRecentKey
 typedef struct TsmRecentSums
 {
 	TimestampTz updated;		/* when they were last decayed */
+	TimestampTz last_written;	/* the last feed with rows changed, or 0 */
 	float4		blocks_read[TSM_RECENT_SCALES];
 	float4		rows_changed[TSM_RECENT_SCALES];
 	float4		index_rows[TSM_RECENT_SCALES];
@@ -174,6 +181,8 @@ add_deltas(TsmRecentSums *sums, int64 blocks_read, int64 rows_changed, int64 ind
 		   TimestampTz now)
 {
 	decay(sums, now);
+	if (rows_changed > 0 || index_rows > 0)
+		sums->last_written = now;
 	for (int k = 0; k < TSM_RECENT_SCALES; k++)
 	{
 		sums->blocks_read[k] += (float4) blocks_read;
@@ -409,8 +418,9 @@ followed_seconds(TimestampTz now)
 
 /*
  * One row of either function: an oid, a copy's sums at time constant k
- * (decayed to now), the time constant, how long they were followed and,
- * for a relation (spcoid valid), the tablespace they were counted in.
+ * (decayed to now), the time constant, how long they were followed, when
+ * rows were last changed (NULL: never since the start-up) and, for a
+ * relation (spcoid valid), the tablespace they were counted in.
  */
 static void
 put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
@@ -426,7 +436,9 @@ put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
 	values[3] = Float8GetDatum(sums->index_rows[k]);
 	values[4] = Float8GetDatum(recent_tau_s[k]);
 	values[5] = Float8GetDatum(followed_s);
-	values[6] = ObjectIdGetDatum(spcoid);	/* (not in the tablespaces' rows) */
+	values[6] = TimestampTzGetDatum(sums->last_written);
+	nulls[6] = (sums->last_written == 0);
+	values[7] = ObjectIdGetDatum(spcoid);	/* (not in the tablespaces' rows) */
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
