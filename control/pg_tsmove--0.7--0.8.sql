@@ -19,10 +19,15 @@
 --                               reads: a new argument, else the autopilot's
 --                               decision's) and by the total work;
 --                               `measured` says which, and has both
+--   tsmove.relation_recent_io(), tablespace_recent_io(): last_written,
+--                               when rows were last changed; the advice
+--                               counts rows changed only where it is
+--                               within the horizon
 --   tsmove.autopilot_step()     no move until the sampler has followed
---                               reads and writes for a time constant
---                               (until then the shares would come from
---                               the counters since the statistics reset)
+--                               reads and writes for the window and a
+--                               time constant (until then the shares
+--                               would come from the counters since the
+--                               statistics reset)
 
 \echo Use "ALTER EXTENSION pg_tsmove UPDATE TO '0.8'" to load this file. \quit
 
@@ -40,8 +45,8 @@ CREATE FUNCTION tsmove.relation_recent_io(
     OUT index_rows double precision,
     OUT time_constant_s double precision,
     OUT followed_s double precision,
-    OUT last_written timestamptz,
-    OUT spcoid oid)
+    OUT spcoid oid,
+    OUT last_written timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
 LANGUAGE C VOLATILE;
@@ -196,6 +201,7 @@ DECLARE
     coaccess_since timestamptz;
     recent_text text;
     recent_ok boolean;
+    written_since timestamptz;
     declared_disks text := coalesce(current_setting('pg_tsmove.device_disks', true), '');
 BEGIN
     IF min_read_mb IS NULL OR min_read_mb < 0 THEN
@@ -220,6 +226,12 @@ BEGIN
     SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
            format('over the horizon (sums decayed with a time constant of %s s)', max(x.time_constant_s))
     INTO recent_ok, recent_text FROM tsmove.tablespace_recent_io(horizon) x;
+    -- rows changed count where some were within the horizon, give or take
+    -- how late they reach the sums: a sample interval, and the 10 s an
+    -- idle backend may keep its counts before it publishes them
+    SELECT now() - horizon - make_interval(secs => s.setting::double precision / 1000 + 10)
+    INTO written_since
+    FROM pg_settings s WHERE s.name = 'pg_tsmove.sample_interval';
 
     RETURN QUERY
     WITH
@@ -288,8 +300,8 @@ BEGIN
                -- rows changed only where some were within the horizon: a
                -- decayed sum never reaches 0, and a relation's share of a
                -- device's writes would keep one long ago whole
-               CASE WHEN x.last_written >= now() - horizon THEN x.rows_changed::numeric ELSE 0 END AS rows_changed,
-               CASE WHEN x.last_written >= now() - horizon THEN x.index_rows::numeric ELSE 0 END AS index_rows,
+               CASE WHEN x.last_written >= written_since THEN x.rows_changed::numeric ELSE 0 END AS rows_changed,
+               CASE WHEN x.last_written >= written_since THEN x.index_rows::numeric ELSE 0 END AS index_rows,
                x.time_constant_s
         FROM tsmove.relation_recent_io(horizon) x
         WHERE recent_ok),
@@ -297,7 +309,7 @@ BEGIN
     -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
         SELECT x.spcoid, x.blocks_read::numeric AS blocks_read,
-               CASE WHEN x.last_written >= now() - horizon
+               CASE WHEN x.last_written >= written_since
                     THEN (x.rows_changed + x.index_rows)::numeric ELSE 0 END AS rows_written
         FROM tsmove.tablespace_recent_io(horizon) x
         WHERE recent_ok),
@@ -514,7 +526,7 @@ BEGIN
                src.util_older AS src_util_older, src.util_newer AS src_util_newer,
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
-               dr.all_recent_rows IS NOT NULL AS recent_writes,
+               coalesce(dr.all_recent_rows > 0, false) AS recent_writes,
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
                CASE WHEN dt.first_relid = c.relid THEN dt.second_share ELSE dt.first_share END AS other_share_f,

@@ -463,8 +463,8 @@ CREATE FUNCTION tsmove.relation_recent_io(
     OUT index_rows double precision,
     OUT time_constant_s double precision,
     OUT followed_s double precision,
-    OUT last_written timestamptz,
-    OUT spcoid oid)
+    OUT spcoid oid,
+    OUT last_written timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'tsm_relation_recent_io'
 LANGUAGE C VOLATILE;
@@ -944,6 +944,7 @@ DECLARE
     coaccess_since timestamptz;
     recent_text text;
     recent_ok boolean;
+    written_since timestamptz;
     declared_disks text := coalesce(current_setting('pg_tsmove.device_disks', true), '');
 BEGIN
     IF min_read_mb IS NULL OR min_read_mb < 0 THEN
@@ -968,6 +969,12 @@ BEGIN
     SELECT coalesce(bool_and(x.followed_s >= x.time_constant_s), false),
            format('over the horizon (sums decayed with a time constant of %s s)', max(x.time_constant_s))
     INTO recent_ok, recent_text FROM tsmove.tablespace_recent_io(horizon) x;
+    -- rows changed count where some were within the horizon, give or take
+    -- how late they reach the sums: a sample interval, and the 10 s an
+    -- idle backend may keep its counts before it publishes them
+    SELECT now() - horizon - make_interval(secs => s.setting::double precision / 1000 + 10)
+    INTO written_since
+    FROM pg_settings s WHERE s.name = 'pg_tsmove.sample_interval';
 
     RETURN QUERY
     WITH
@@ -1036,8 +1043,8 @@ BEGIN
                -- rows changed only where some were within the horizon: a
                -- decayed sum never reaches 0, and a relation's share of a
                -- device's writes would keep one long ago whole
-               CASE WHEN x.last_written >= now() - horizon THEN x.rows_changed::numeric ELSE 0 END AS rows_changed,
-               CASE WHEN x.last_written >= now() - horizon THEN x.index_rows::numeric ELSE 0 END AS index_rows,
+               CASE WHEN x.last_written >= written_since THEN x.rows_changed::numeric ELSE 0 END AS rows_changed,
+               CASE WHEN x.last_written >= written_since THEN x.index_rows::numeric ELSE 0 END AS index_rows,
                x.time_constant_s
         FROM tsmove.relation_recent_io(horizon) x
         WHERE recent_ok),
@@ -1045,7 +1052,7 @@ BEGIN
     -- where each relation was when it read)
     spc_recent AS MATERIALIZED (
         SELECT x.spcoid, x.blocks_read::numeric AS blocks_read,
-               CASE WHEN x.last_written >= now() - horizon
+               CASE WHEN x.last_written >= written_since
                     THEN (x.rows_changed + x.index_rows)::numeric ELSE 0 END AS rows_written
         FROM tsmove.tablespace_recent_io(horizon) x
         WHERE recent_ok),
@@ -1262,7 +1269,7 @@ BEGIN
                src.util_older AS src_util_older, src.util_newer AS src_util_newer,
                tgt.util_older AS tgt_util_older, tgt.util_newer AS tgt_util_newer,
                (dr.window_blocks_read > 0 AND src.window_blocks_read IS NOT NULL) AS src_window_reads,
-               dr.all_recent_rows IS NOT NULL AS recent_writes,
+               coalesce(dr.all_recent_rows > 0, false) AS recent_writes,
                rs.share AS read_share_f,
                -- the largest share of the device's reads another relation has
                CASE WHEN dt.first_relid = c.relid THEN dt.second_share ELSE dt.first_share END AS other_share_f,
@@ -1907,8 +1914,9 @@ CREATE TYPE tsmove.autopilot_candidate AS (
  *  2. weigh the candidates (tsmove.advise_candidates() over
  *     pg_tsmove.autopilot_evidence), then its policies: never-move list,
  *     allowed targets, relations it moved within pg_tsmove.autopilot_hold,
- *     shares that do not come from the sampler's sums yet (for a time
- *     constant after a start-up), the least benefit; log why the relations it will not move are not
+ *     shares that do not come from the sampler's sums yet (after a
+ *     start-up, until they cover the window and a time constant), the
+ *     least benefit; log why the relations it will not move are not
  *     moved (look pass only);
  *  3. when `act`: unless stopped, outside the window, waiting for fresh
  *     evidence after the last move, or past a daily limit (each logged as

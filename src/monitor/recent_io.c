@@ -74,7 +74,7 @@ PG_FUNCTION_INFO_V1(tsm_tablespace_recent_io);
 #define TSM_RECENT_SCALES 6
 /*
  * Columns of both functions' rows: oid, three sums, time constant,
- * followed, last written; relation_recent_io() adds the tablespace.
+ * followed, then relation_recent_io()'s tablespace, then last written.
  */
 #define TSM_RECENT_COLS 8
 
@@ -418,9 +418,9 @@ followed_seconds(TimestampTz now)
 
 /*
  * One row of either function: an oid, a copy's sums at time constant k
- * (decayed to now), the time constant, how long they were followed, when
- * rows were last changed (NULL: never since the start-up) and, for a
- * relation (spcoid valid), the tablespace they were counted in.
+ * (decayed to now), the time constant, how long they were followed, for a
+ * relation (spcoid valid) the tablespace they were counted in, and when
+ * rows were last changed (NULL: not since these sums started).
  */
 static void
 put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
@@ -428,6 +428,7 @@ put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
 {
 	Datum		values[TSM_RECENT_COLS];
 	bool		nulls[TSM_RECENT_COLS] = {0};
+	int			last = OidIsValid(spcoid) ? 7 : 6;
 
 	decay(sums, now);
 	values[0] = ObjectIdGetDatum(oid);
@@ -436,9 +437,9 @@ put_sums_row(ReturnSetInfo *rsinfo, Oid oid, TsmRecentSums *sums, int k,
 	values[3] = Float8GetDatum(sums->index_rows[k]);
 	values[4] = Float8GetDatum(recent_tau_s[k]);
 	values[5] = Float8GetDatum(followed_s);
-	values[6] = TimestampTzGetDatum(sums->last_written);
-	nulls[6] = (sums->last_written == 0);
-	values[7] = ObjectIdGetDatum(spcoid);	/* (not in the tablespaces' rows) */
+	values[6] = ObjectIdGetDatum(spcoid);	/* (not in the tablespaces' rows) */
+	values[last] = TimestampTzGetDatum(sums->last_written);
+	nulls[last] = (sums->last_written == 0);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
