@@ -30,10 +30,12 @@
  * (inserted, or updated not HOT: an index's writes).  A decayed sum never
  * reaches 0, and a share of writes divides two of them, where the decay
  * cancels out: a relation that wrote an hour ago and nothing since would
- * keep its whole share of a device nobody else writes.  So each sums also
+ * keep its whole share of a device nobody else writes.  So the sums also
  * say when rows were last changed, and the advice counts rows changed only
- * where that is within its horizon (reads are cut at the horizon by the
- * history's share of the tablespace instead).
+ * where that is within its horizon.  Reads are cut at the horizon per
+ * tablespace, by the history's share of the device; within a tablespace,
+ * as for rows changed since the last were, older ones weigh less, not
+ * nothing: an exponential window, not an exact one.
  *
  * The sampler feeds them (tablespace_io.c, each relation's deltas since its
  * previous sample); the decay is applied when a sum is next fed or read.
