@@ -309,7 +309,7 @@ watched_transaction_ended(TsmWatchedSession *w, TimestampTz now, bool continuous
 {
 	if (w->seen_from_start && continuous)
 	{
-		double		length_ms = (double) (now - w->since) / 1000.0;
+		double		length_ms = tsm_ms_between(w->since, now);
 
 		/* how much its lengths vary: the last change, fading by half */
 		if (w->last_length_ms >= 0)
@@ -417,7 +417,7 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 
 		if (!LocalTransactionIdIsValid(w->lxid))
 			continue;
-		elapsed_ms = (double) (now - w->since) / 1000.0;
+		elapsed_ms = tsm_ms_between(w->since, now);
 		if (w->last_length_ms >= 0 && w->last_length_ms < TSM_SHORT_TRANSACTION_MS &&
 			elapsed_ms < TSM_SHORT_TRANSACTION_MS)
 			continue;			/* a short one: ends while any attempt waits */
@@ -487,11 +487,11 @@ tsm_switch_block_describe(const TsmSwitchBlock *block, char *buf, size_t len)
 			continue;
 		if (w->last_length_ms < 0)
 			used += snprintf(buf + used, len - used, "%d: %.0f%s ms, length unknown; ",
-							 w->pid, (double) (now - w->since) / 1000.0,
+							 w->pid, tsm_ms_between(w->since, now),
 							 w->seen_from_start ? "" : "?");
 		else
 			used += snprintf(buf + used, len - used, "%d: %.0f%s of %.0f+-%.0f ms; ",
-							 w->pid, (double) (now - w->since) / 1000.0,
+							 w->pid, tsm_ms_between(w->since, now),
 							 w->seen_from_start ? "" : "?", w->last_length_ms,
 							 w->variation_ms);
 	}

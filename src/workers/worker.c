@@ -367,7 +367,7 @@ try_switch(TsmJob *job)
 	if (!locked)
 	{
 		job->ctl.progress.lock_wait_ms +=
-			(double) (GetCurrentTimestamp() - requested) / 1000.0;
+			tsm_ms_between(requested, GetCurrentTimestamp());
 		if (job->ctl.progress.note[0] != '\0')
 			return false;		/* the front end said why */
 		tsm_switch_blockers_named(&job->block, who, sizeof(who));
@@ -393,7 +393,7 @@ try_switch(TsmJob *job)
 		return false;
 	}
 	job->lock_granted = GetCurrentTimestamp();
-	job->ctl.progress.lock_wait_ms += (double) (job->lock_granted - requested) / 1000.0;
+	job->ctl.progress.lock_wait_ms += tsm_ms_between(requested, job->lock_granted);
 	/* every page written before the request was synced (catch_up_and_switch) */
 	fs->sync_redo = GetRedoRecPtr();
 	fs->register_syncs = true;
