@@ -948,8 +948,9 @@ def test_history_survives_restart_and_report_shows_the_move(primary):
 
 
 @pytest.mark.pg_conf(*MONITOR_CONF, "pg_tsmove.autopilot_interval = '1s'",
-                     # shares over 30 s are sums with a time constant of 30 s
-                     "pg_tsmove.autopilot_evidence = '30s'",
+                     # shares over 45 s are sums with a time constant of 30 s
+                     # (the one nearest half the window)
+                     "pg_tsmove.autopilot_evidence = '45s'",
                      "pg_tsmove.autopilot_min_read_mb = 8",
                      "pg_tsmove.autopilot_min_benefit = 5",
                      "pg_tsmove.autopilot_targets = 'idle'")
@@ -964,8 +965,9 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
     - after a clean restart, which keeps the statistics counters and the
       load history while the sums start empty, those counters blamed hot
       for nearly all of dd's load (61.7 of 64 points): the autopilot calls
-      its shares not recent until the sums cover the window, then weighs
-      hot on them.
+      its shares not recent until the sums cover the window (45 s, longer
+      than their time constant, 30 s: the history of the whole window
+      would weigh reads the sums have not seen), then weighs hot on them.
     Either way none of the device's busy time follows hot: no proposal."""
     (busy_dev, busy_mnt), (idle_dev, idle_mnt) = loop_filesystems(2)
     tablespace_on(primary, "busy", busy_mnt)
@@ -978,7 +980,7 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
             conn.execute("SELECT sum(length(pad)) FROM hot").fetchall()
         conn.execute("SELECT pg_stat_force_next_flush()")
         last_touched = conn.execute("SELECT clock_timestamp()").fetchone()[0]
-    tau_s = 30
+    tau_s, window_s = 30, 45
     columns = ("SELECT action, reason_code, predicted_benefit_pct, last_seen_at - %s, reason, "
                "(evidence->>'source_util_pct')::numeric "
                "- (evidence->>'source_util_after_pct')::numeric "
@@ -987,16 +989,26 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
     with writing_to(os.path.join(busy_mnt, "dd.out"), os.path.join(busy_mnt, "dd2.out")):
         # a horizon as busy before the restart as after it (a steady load),
         # and the tables' last writes and reads older than the horizon
-        wait_for(lambda: primary.sql_scalar(
-            "SELECT avg(util_pct) >= 55 AND max(util_pct) - min(util_pct) <= 25 "
-            "AND count(*) >= %s FROM tsmove.tablespace_io_history "
-            "WHERE tablespace = 'busy' AND start_time > now() - interval '30 seconds'",
-            (tau_s - 5,)), 120, interval_s=1, what="dd to keep busy busy for a horizon")
+        seen = []
+
+        def busy_for_the_window():
+            seen.append(primary.sql(
+                "SELECT round(avg(util_pct)), count(*), max(util_pct) - min(util_pct) "
+                "FROM tsmove.tablespace_io_history "
+                "WHERE tablespace = 'busy' AND start_time > now() - make_interval(secs => %s)",
+                (window_s,))[0])
+            return seen[-1][0] >= 55 and seen[-1][1] >= window_s - 5 and seen[-1][2] <= 25
+        try:
+            wait_for(busy_for_the_window, 150, interval_s=1,
+                     what="dd to keep busy busy for a horizon")
+        except AssertionError:
+            raise AssertionError("busy's load (average, rows, spread) over the window: %s"
+                                 % seen[-5:])
         wait_for(lambda: primary.sql_scalar(
             # (the horizon, a sample interval and the 10 s an idle backend
             # may keep its counts: advise_candidates()' margin)
-            "SELECT now() > %s + interval '45 seconds'", (last_touched,)), 60, interval_s=1,
-            what="the tables' last writes and reads to leave the horizon")
+            "SELECT now() > %s + make_interval(secs => %s)", (last_touched, window_s + 15)),
+            90, interval_s=1, what="the tables' last writes and reads to leave the horizon")
         primary.sql("ALTER SYSTEM SET pg_tsmove.autopilot = 'propose'")
         primary.sql("SELECT pg_reload_conf()")
         enabled = primary.sql_scalar("SELECT now()")
@@ -1008,17 +1020,19 @@ def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystem
         assert primary.sql_scalar(
             "SELECT heap_blks_read FROM pg_statio_user_tables WHERE relname = 'hot'") > 0
         wait_for(lambda: primary.sql_scalar(
-            "SELECT now() > %s + interval '42 seconds'", (restarted,)), 60, interval_s=1,
-            what="a time constant and a few steps after the restart")
+            "SELECT now() > %s + make_interval(secs => %s)", (restarted, window_s + 12)),
+            100, interval_s=1, what="the window and a few steps after the restart")
         decided = primary.sql(columns, (restarted, restarted))
     # before the restart: weighed on the sums, nothing written lately
     assert all(d[1] == "below_min_benefit" and d[2] <= 1 and d[5] <= 1 for d in before), before
     assert not [d for d in decided if d[0] in ("proposed", "started")], decided
-    # after it, hot's shares were not recent until the sums covered the window ...
+    # after it, hot's shares were not recent until the sums covered the
+    # window, not only their time constant ...
     gated = [d for d in decided if d[1] == "shares_not_recent"]
-    assert gated and all(d[0] == "skipped" and d[3] < datetime.timedelta(seconds=tau_s + 8)
+    assert gated and all(d[0] == "skipped" and d[3] < datetime.timedelta(seconds=window_s + 8)
                          for d in gated), decided
-    assert "need 30 s" in gated[0][4] and "since the statistics reset" in gated[0][4], gated
+    assert max(d[3] for d in gated) > datetime.timedelta(seconds=tau_s + 8), gated
+    assert "need 45 s" in gated[0][4] and "since the statistics reset" in gated[0][4], gated
     # ... then it was weighed on them: none of the device's busy time follows it
     weighed = [d for d in decided if d[1] == "below_min_benefit"]
     assert weighed and all(d[2] <= 1 and d[5] <= 1 for d in weighed), decided
