@@ -441,7 +441,9 @@ def machine_facts(cluster, disks):
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    git = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
+    # "-dirty": the tree differs from the commit (the installed build is the
+    # caller's: make install from this tree first)
+    git = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty", "--abbrev=7"],
                          capture_output=True, text=True).stdout.strip() or "?"
     version = cluster.sql_scalar("SHOW server_version")
     repack = methods_mod._repack_exe()
