@@ -441,10 +441,7 @@ def machine_facts(cluster, disks):
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    # "-dirty": the tree differs from the commit (the installed build is the
-    # caller's: make install from this tree first)
-    git = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty", "--abbrev=7"],
-                         capture_output=True, text=True).stdout.strip() or "?"
+    git = tree_commit()
     version = cluster.sql_scalar("SHOW server_version")
     repack = methods_mod._repack_exe()
     repack_v = subprocess.run([repack, "--version"], capture_output=True,
@@ -456,6 +453,26 @@ def machine_facts(cluster, disks):
              "tsmove_switch_lock_timeout": cluster.sql_scalar(
                  "SHOW pg_tsmove.switch_lock_timeout")}
     return facts
+
+
+def tree_commit():
+    """The commit of this tree, "-dirty" if its code differs from it (the
+    reports this harness writes into the tree do not count; the installed
+    build is the caller's: make install from this tree first), "?" without
+    git or a repository.  As root (run.sh under sudo) git refuses a tree
+    owned by another user unless told it is safe."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-c", "safe.directory=*", "-C", HERE] + list(args),
+                                  capture_output=True, text=True)
+        except OSError:
+            return None
+    head = git("rev-parse", "--short", "HEAD")
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return "?"
+    code = git("status", "--porcelain", "--", "../../src", "../../control", "../../Makefile")
+    dirty = code is not None and code.returncode == 0 and code.stdout.strip() != ""
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def machine_summary(f):
