@@ -261,15 +261,37 @@ table_full(void)
 }
 
 /*
- * Add a feed's deltas, added up per tablespace, to the tablespaces' sums;
- * first forget those the sampler no longer follows.  The recent lock held
- * exclusively.
+ * A feed's deltas added up per followed tablespace: blocks read, rows
+ * changed and index rows, three to a tablespace, in followed's order.
+ * Before the recent lock: nothing shared is read.
  */
-static void
-feed_tablespaces(const TsmRecentSample *samples, int n, TimestampTz now,
-				 const Oid *followed, int nfollowed)
+static int64 *
+tablespace_deltas(const TsmRecentSample *samples, int n, const Oid *followed,
+				  int nfollowed)
 {
 	int64	   *deltas = palloc0(Max(nfollowed, 1) * 3 * sizeof(int64));
+
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < nfollowed; j++)
+			if (followed[j] == samples[i].spcoid)
+			{
+				deltas[3 * j] += samples[i].blocks_read;
+				deltas[3 * j + 1] += samples[i].rows_changed;
+				deltas[3 * j + 2] += samples[i].index_rows;
+				break;
+			}
+	return deltas;
+}
+
+/*
+ * Add a feed's deltas per tablespace (tablespace_deltas) to the
+ * tablespaces' sums; first forget those the sampler no longer follows.
+ * The recent lock held exclusively.
+ */
+static void
+feed_tablespaces(const int64 *deltas, TimestampTz now, const Oid *followed,
+				 int nfollowed)
+{
 	int			kept = 0;
 
 	for (int i = 0; i < tsm_recent->ntablespaces; i++)
@@ -282,16 +304,6 @@ feed_tablespaces(const TsmRecentSample *samples, int n, TimestampTz now,
 			tsm_recent->tablespaces[kept++] = tsm_recent->tablespaces[i];
 	}
 	tsm_recent->ntablespaces = kept;
-
-	for (int i = 0; i < n; i++)
-		for (int j = 0; j < nfollowed; j++)
-			if (followed[j] == samples[i].spcoid)
-			{
-				deltas[3 * j] += samples[i].blocks_read;
-				deltas[3 * j + 1] += samples[i].rows_changed;
-				deltas[3 * j + 2] += samples[i].index_rows;
-				break;
-			}
 
 	for (int j = 0; j < nfollowed; j++)
 	{
@@ -312,7 +324,6 @@ feed_tablespaces(const TsmRecentSample *samples, int n, TimestampTz now,
 		}
 		add_deltas(&t->sums, deltas[3 * j], deltas[3 * j + 1], deltas[3 * j + 2], now);
 	}
-	pfree(deltas);
 }
 
 /*
@@ -327,11 +338,12 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now,
 				const Oid *followed, int nfollowed)
 {
 	bool		swept = false;
+	int64	   *deltas = tablespace_deltas(samples, n, followed, nfollowed);
 
 	LWLockAcquire(tsm_recent->lock, LW_EXCLUSIVE);
 	if (tsm_recent->first_fed == 0)
 		tsm_recent->first_fed = now;
-	feed_tablespaces(samples, n, now, followed, nfollowed);
+	feed_tablespaces(deltas, now, followed, nfollowed);
 	for (int i = 0; i < n; i++)
 	{
 		TsmRecentKey key;
@@ -362,6 +374,7 @@ tsm_recent_feed(const TsmRecentSample *samples, int n, TimestampTz now,
 				   samples[i].index_rows, now);
 	}
 	LWLockRelease(tsm_recent->lock);
+	pfree(deltas);
 }
 
 /* An interval in seconds, months of 30 days (as interval comparison). */
