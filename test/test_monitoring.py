@@ -952,7 +952,8 @@ def test_history_survives_restart_and_report_shows_the_move(primary):
                      "pg_tsmove.autopilot_min_benefit = 5",
                      "pg_tsmove.autopilot_targets = 'idle'")
 # shares over 25 s and over 45 s are both sums with a time constant of 30 s
-# (the one nearest half the window): the gate's two halves
+# (the one nearest half the window; below 24.5 s it is 5 s): the gate's two
+# halves
 @pytest.mark.parametrize("window_s", [25, 45])
 def test_autopilot_moves_nothing_on_shares_from_before_a_restart(loop_filesystems, primary,
                                                                  window_s):
