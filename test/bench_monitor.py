@@ -66,6 +66,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from benchlib import git_head  # noqa: E402
 from pgcluster import (PG_BIN, Cluster, make_server_dir, processes_under,  # noqa: E402
                        server_command)
 
@@ -202,14 +203,6 @@ def coaccess_check(cluster):
     return rows[0] if rows else (0, 0)
 
 
-def git_head():
-    try:
-        return subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=int, default=10)
@@ -288,7 +281,7 @@ def main():
     lines = [
         "Run %s, %.0f s; %d cores (nproc), %.1f GiB RAM; %s; git HEAD %s."
         % (started.isoformat(), elapsed, os.cpu_count(), mem_gib, version.split(" on ")[0],
-           git_head()),
+           git_head() or "?"),
         "Machine shared with other jobs: the whole machine was %.0f %% busy on average during "
         "the runs, load average %.1f-%.1f before them."
         % (busy, min(loads), max(loads)),

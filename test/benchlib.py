@@ -298,12 +298,26 @@ def so_mtime():
 
 
 def git_head():
-    try:
-        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
-                               "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip() or None
-    except Exception:
+    """The commit of this tree, "-dirty" if its code (src/, control/, the
+    Makefile, untracked files too) differs from it: the reports the
+    harnesses write into the tree do not count, and the installed build is
+    the caller's (make install from this tree first).  None without git or
+    a repository.  As root (under sudo) git refuses a tree another user
+    owns unless told it is safe."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-c", "safe.directory=*", "-C", root] + list(args),
+                                  capture_output=True, text=True)
+        except OSError:
+            return None
+    head = git("rev-parse", "--short", "HEAD")
+    if head is None or head.returncode != 0 or not head.stdout.strip():
         return None
+    code = git("status", "--porcelain", "--", "src", "control", "Makefile")
+    dirty = code is not None and code.returncode == 0 and code.stdout.strip() != ""
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def server_log_problems(c):

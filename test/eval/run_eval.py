@@ -64,6 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from benchlib import git_head  # noqa: E402
 from pgcluster import (PG_BIN, Cluster, become_subreaper,  # noqa: E402
                        chown_to_server_user)
 import checks  # noqa: E402
@@ -441,7 +442,7 @@ def machine_facts(cluster, disks):
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    git = tree_commit()
+    git = git_head() or "?"
     version = cluster.sql_scalar("SHOW server_version")
     repack = methods_mod._repack_exe()
     repack_v = subprocess.run([repack, "--version"], capture_output=True,
@@ -453,26 +454,6 @@ def machine_facts(cluster, disks):
              "tsmove_switch_lock_timeout": cluster.sql_scalar(
                  "SHOW pg_tsmove.switch_lock_timeout")}
     return facts
-
-
-def tree_commit():
-    """The commit of this tree, "-dirty" if its code differs from it (the
-    reports this harness writes into the tree do not count; the installed
-    build is the caller's: make install from this tree first), "?" without
-    git or a repository.  As root (run.sh under sudo) git refuses a tree
-    owned by another user unless told it is safe."""
-    def git(*args):
-        try:
-            return subprocess.run(["git", "-c", "safe.directory=*", "-C", HERE] + list(args),
-                                  capture_output=True, text=True)
-        except OSError:
-            return None
-    head = git("rev-parse", "--short", "HEAD")
-    if head is None or head.returncode != 0 or not head.stdout.strip():
-        return "?"
-    code = git("status", "--porcelain", "--", "../../src", "../../control", "../../Makefile")
-    dirty = code is not None and code.returncode == 0 and code.stdout.strip() != ""
-    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def machine_summary(f):
