@@ -87,6 +87,75 @@ def test_adaptive_move_converges_under_writes_without_a_minimum_rate(primary):
     assert primary.amcheck() == []
 
 
+# A re-copy of a block that has left shared buffers is a read of its own on
+# the device: the adaptive pace charges it two pages more than its bytes
+# (copy.c, job_control.c).  Shared buffers of 4 MB hold under a tenth of the
+# table, so nearly every block of the backlog is read in; a ceiling of
+# 8 MB/s, below the floor a backlog of 5 000 blocks asks for, fixes the pace
+# at the ceiling, so the bytes written per second tell whether the reads
+# were charged: about half the ceiling if they were, all of it (less the
+# probes' holds, 15 %) if not.
+@pytest.mark.pg_conf("shared_buffers = 4MB")
+def test_adaptive_catch_up_charges_blocks_read_in(primary):
+    primary.sql("""
+        CREATE TABLE scattered (id int PRIMARY KEY, v int, pad text)
+            WITH (fillfactor = 50) TABLESPACE ts_a;
+        INSERT INTO scattered SELECT g, 0, repeat('x', 200) FROM generate_series(1, 90000) g;
+        CREATE TABLE scattered_shadow AS SELECT * FROM scattered;""")
+    pages = primary.sql_scalar("SELECT pg_relation_size('scattered') / 8192")
+    per_page = primary.sql_scalar(
+        "SELECT max(n) FROM (SELECT count(*) n FROM scattered "
+        "GROUP BY (ctid::text::point)[0]) p")
+    stop = threading.Event()
+
+    def others_busy():      # other sessions working: the pace is adaptive
+        with primary.conn() as conn:
+            while not stop.is_set():
+                conn.execute("SELECT 1")
+                time.sleep(0.005)
+
+    busy = threading.Thread(target=others_busy, daemon=True)
+    busy.start()
+    reader = start_long_reader(primary, "scattered", 120)   # holds the switch off
+    try:
+        job = start_move(primary, "scattered", "ts_b", max_rate_mb=8)
+        wait_for_state(primary, job, ("catching_up",), 120)
+        # one row of every page changed: a backlog of every block, cold
+        primary.sql("UPDATE scattered SET v = v + 1 WHERE id %% %s = 0" % per_page)
+        primary.sql("UPDATE scattered_shadow SET v = v + 1 WHERE id %% %s = 0" % per_page)
+        wait_for(lambda: job_row(primary, job)["dirty_backlog"] > pages * 0.8, 30,
+                 what="the backlog")
+        samples = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            row = job_row(primary, job)
+            if row["dirty_backlog"] < 1500:
+                break
+            samples.append((time.monotonic(), row["bytes_written"] + row["wal_bytes"],
+                            row["blocks_recopied"]))
+            time.sleep(0.5)
+        assert len(samples) >= 8, samples        # at least 4 s of catch-up seen
+        (t1, b1, r1), (t2, b2, r2) = samples[1], samples[-1]
+        rate_mb = (b2 - b1) / (t2 - t1) / 2 ** 20
+        assert r2 > r1
+        # charged: about 4 MB/s; not charged: 6.5-8 MB/s
+        assert 1.5 < rate_mb < 5.5, (rate_mb, samples)
+    finally:
+        stop.set()
+        primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
+        reader.join()
+        busy.join()
+    assert wait_job(primary, job, 120) == "done", job_row(primary, job)
+    assert_moved_cleanly(primary, "scattered", "ts_b")
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM scattered")
+    assert primary.row_hash("scattered", "id") == primary.row_hash("scattered_shadow", "id")
+    log = primary.log_contents()
+    read_in = [int(m.group(2)) for m in re.finditer(
+        r"job %d switched: .* (\d+) blocks were re-copied, (\d+) of them read in" % job, log)]
+    assert read_in and read_in[0] > pages * 0.5, read_in
+    assert primary.amcheck() == []
+
+
 # Fixed pacing here and below: adaptive pacing could give way to pgbench for
 # longer than it runs (its cost is measured by bench_pacing.py, not here).
 @pytest.mark.data_checksums

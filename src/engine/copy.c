@@ -28,21 +28,31 @@
  */
 #include "postgres.h"
 
+#include "executor/instrument.h"
 #include "miscadmin.h"
 #include "storage/bufpage.h"
 #include "storage/smgr.h"
 
 #include "engine/engine.h"
 
+/* Blocks this backend has read from the kernel into a buffer so far. */
+static inline int64
+blocks_read_in(void)
+{
+	return pgBufferUsage.shared_blks_read + pgBufferUsage.local_blks_read;
+}
+
 /*
  * Copy one page out of its shared buffer.  Pages of the main fork are read
  * with the job's bulk-read ring, so the copy does not flush the cache;
  * the FSM and VM are zeroed on read errors, as their own readers do.
+ * Returns whether the page had to be read in: it was not in shared buffers.
  */
-void
+bool
 tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page)
 {
 	bool		main_fork = (f->key.fork == MAIN_FORKNUM);
+	int64		read_before = blocks_read_in();
 	Buffer		buf;
 
 	buf = tsm_read_buffer(f->key.node, f->key.fork, blkno,
@@ -53,15 +63,19 @@ tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, char *page)
 	if (fs->flush_source)
 		FlushOneBuffer(buf);	/* only if dirty */
 	UnlockReleaseBuffer(buf);
+	return blocks_read_in() > read_before;
 }
 
-static void
+/* Copy one block; returns whether it had to be read in (tsm_read_page). */
+static bool
 copy_block(TsmFileSet *fs, TsmFile *f, BlockNumber blkno, bool extend)
 {
 	TsmIOBlock	page;			/* the sink may hand it to smgrextend() */
+	bool		read_in;
 
-	tsm_read_page(fs, f, blkno, page.data);
+	read_in = tsm_read_page(fs, f, blkno, page.data);
 	fs->ops->write(fs, f, blkno, page.data, extend);
+	return read_in;
 }
 
 static void
@@ -80,6 +94,10 @@ ensure_created(TsmFileSet *fs, TsmFile *f)
  * include_dirty, blocks the mirror found changed after their copy.  The
  * dirty bit is cleared before the copy, so a change racing with it marks
  * the block again.  Returns the number of blocks copied.
+ *
+ * A changed block that has left shared buffers is charged as a scattered
+ * read too (job_control.c): the kernel's readahead serves the copy in
+ * order, but not these, which cost the device a request each.
  */
 int64
 tsm_copy_file(TsmFileSet *fs, TsmFile *f, int64 max_blocks, bool include_dirty,
@@ -106,19 +124,21 @@ tsm_copy_file(TsmFileSet *fs, TsmFile *f, int64 max_blocks, bool include_dirty,
 		copied++;
 		lowest = Min(lowest, blkno);
 		highest = Max(highest, blkno);
-		tsm_ctl_charge_page(fs->ctl, throttled);
+		tsm_ctl_charge_page(fs->ctl, throttled, false);
 	}
 	while (include_dirty && copied < max_blocks &&
 		   tsm_file_take_dirty(fs, f, &blkno))
 	{
+		bool		scattered;
+
 		if (blkno >= f->copy_cursor)
 			continue;			/* beyond a truncation since */
-		copy_block(fs, f, blkno, false);
+		scattered = copy_block(fs, f, blkno, false);
 		fs->ctl->progress.blocks_recopied++;
 		copied++;
 		lowest = Min(lowest, blkno);
 		highest = Max(highest, blkno);
-		tsm_ctl_charge_page(fs->ctl, throttled);
+		tsm_ctl_charge_page(fs->ctl, throttled, scattered);
 	}
 
 	/* Not under the switch's locks, where it would only add latency. */
@@ -146,7 +166,7 @@ tsm_copy_file_whole(TsmFileSet *fs, TsmFile *f)
 	{
 		copy_block(fs, f, blkno, blkno >= written);
 		fs->ctl->progress.blocks_under_lock++;
-		tsm_ctl_charge_page(fs->ctl, false);
+		tsm_ctl_charge_page(fs->ctl, false, false);
 		if (blkno % 256 == 255)
 			CHECK_FOR_INTERRUPTS();
 	}

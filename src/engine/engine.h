@@ -232,7 +232,7 @@ extern void tsm_fileset_free(TsmFileSet *fs);
 extern BlockNumber tsm_source_nblocks(TsmFile *f);
 
 /* copy.c */
-extern void tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno,
+extern bool tsm_read_page(TsmFileSet *fs, TsmFile *f, BlockNumber blkno,
 						  char *page);
 extern int64 tsm_copy_file(TsmFileSet *fs, TsmFile *f, int64 max_blocks,
 						   bool include_dirty, bool throttled);

@@ -334,6 +334,7 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 		return ctl->max_rate_mb;
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
 						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
+						   ctl->scattered_read_cost,
 						   ctl->progress.bytes_written / BLCKSZ,
 						   ctl->pages_changed, ctl->pages_changed_ahead,
 						   catching_up ? ctl->progress.dirty_backlog : 0);
@@ -349,16 +350,17 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 }
 
 /*
- * Charge bytes to the budget and sleep until the budget allows them.
- * Credit banked while idle is capped, so a pause is never followed by a
- * burst above the rate.  Returns at once when a pause is requested.
+ * Charge cost to the job's budget and sleep until the budget allows it;
+ * then charge the bytes written to the budget all jobs share.  Credit
+ * banked while idle is capped, so a pause is never followed by a burst
+ * above the rate.  Returns at once when a pause is requested.
  */
-void
-tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes)
+static void
+throttle(TsmJobCtl *ctl, int64 cost, int64 written)
 {
 	bool		adaptive = (tsm_pacing == TSM_PACING_ADAPTIVE);
 
-	ctl->budget_spent += bytes;
+	ctl->budget_spent += cost;
 	while (!ctl->pause_requested)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -380,7 +382,7 @@ tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes)
 			/* a new rate starts a new budget, this charge included */
 			ctl->budget_rate = rate;
 			ctl->budget_start = now;
-			ctl->budget_spent = bytes;
+			ctl->budget_spent = cost;
 		}
 		if (rate <= 0)
 			break;
@@ -401,26 +403,42 @@ tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes)
 		tsm_ctl_sleep(ctl, adaptive ? Min(sleep_ms, TSM_PACER_SLICE_MS) : sleep_ms);
 		tsm_ctl_publish(ctl, false);
 	}
-	charge_total_budget(ctl, bytes);
+	charge_total_budget(ctl, written);
 }
 
 /*
  * Count one page just written to the new storage, with the WAL this
  * process wrote since the last call, and throttle if asked to (not under
  * the switch's locks: that copy is paid for before the locks are taken).
+ *
+ * A scattered read (a changed block re-copied after it left shared
+ * buffers) costs the adaptive pace TSM_PACER_SCATTERED_READ_COST more:
+ * it is a request of its own on a device the others are using, where the
+ * copy in order is served by the kernel's readahead.  Only the adaptive
+ * pace is charged (its unit is the pacer's own); a fixed rate and
+ * total_max_rate_mb stay what the manual says, pages and their WAL.
  */
 void
-tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled)
+tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled, bool scattered_read)
 {
 	int64		wal_total = pgWalUsage.wal_bytes - ctl->wal_usage_at_start;
 	int64		wal_delta = wal_total - ctl->progress.wal_bytes;
+	int64		written = BLCKSZ + wal_delta;
+	int64		cost = written;
 
+	if (scattered_read)
+		ctl->scattered_reads++;
+	if (scattered_read && tsm_pacing == TSM_PACING_ADAPTIVE && !ctl->others_wait)
+	{
+		cost += TSM_PACER_SCATTERED_READ_COST;
+		ctl->scattered_read_cost += TSM_PACER_SCATTERED_READ_COST;
+	}
 	ctl->progress.bytes_written += BLCKSZ;
 	ctl->progress.wal_bytes = wal_total;
 	if (throttled)
-		tsm_ctl_throttle(ctl, BLCKSZ + wal_delta);
+		throttle(ctl, cost, written);
 	else
-		ctl->budget_spent += BLCKSZ + wal_delta;
+		ctl->budget_spent += cost;
 }
 
 /*

@@ -37,6 +37,10 @@ struct TsmJobCtl
 	int64		total_unpaid;	/* not yet charged to total_max_rate_mb */
 	int64		wal_usage_at_start;
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
+	int64		scattered_reads;	/* re-copies that had to be read in */
+	int64		scattered_read_cost;	/* what the pace charged for them
+										 * (TSM_PACER_SCATTERED_READ_COST each),
+										 * beyond the bytes */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
 	bool		stops_held;		/* tsm_ctl_check() throws no cancel or
@@ -71,8 +75,7 @@ extern void tsm_ctl_save(TsmJobCtl *ctl, const char *error);
 extern void tsm_ctl_save_in_transaction(TsmJobCtl *ctl, const char *error);
 extern void tsm_ctl_check(TsmJobCtl *ctl);
 extern void tsm_ctl_sleep(TsmJobCtl *ctl, long ms);
-extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled);
-extern void tsm_ctl_throttle(TsmJobCtl *ctl, int64 bytes);
+extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled, bool scattered_read);
 extern bool tsm_ctl_others_idle(TsmJobCtl *ctl);
 extern void tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase);
 extern void tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...) pg_attribute_printf(2, 3);

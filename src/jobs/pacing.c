@@ -43,6 +43,10 @@
  *	  cursor, counted at a share 1/S (TSM_PACER_AHEAD_SHARE); B the
  *	  catch-up's backlog of dirty pages (none during the bulk copy) and
  *	  T is TSM_PACER_CATCHUP_SECONDS.
+ *	  The budget's unit is the page's bytes, plus TSM_PACER_SCATTERED_READ_COST
+ *	  for a re-copy that had to be read in (a scattered read, not served by
+ *	  readahead: job_control.c charges it); the floor's C is priced as if
+ *	  every such page were one, B/T at the bytes alone.
  *	  A catch-up at C + B/T pages/s (nothing is ahead of its cursor)
  *	  shrinks its backlog by B/T a second, whatever C is: it ends in a
  *	  few T, and sprints at the ceiling once at most
@@ -216,8 +220,9 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far,
-			 int64 changed_ahead_so_far, int64 catchup_backlog)
+			 int64 bytes_so_far, int64 read_cost_so_far, int64 pages_so_far,
+			 int64 dirtied_so_far, int64 changed_ahead_so_far,
+			 int64 catchup_backlog)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		counted_secs = seconds_between(pacer->counters_read, now);
@@ -225,26 +230,35 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	double		recent;
 	double		ceiling = ceiling_mb > 0 ? ceiling_mb : TSM_PACER_UNTHROTTLED_MB;
 	double		bytes_per_page;
-	double		floor_pages;
+	double		outpaced_page;
+	double		floor_bytes;
 
 	/* what a page costs (written, and its compressed image in the WAL) */
 	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
-	pacer->achieved_mb = (bytes_so_far - pacer->last_bytes) / counted_secs /
-		(1024.0 * 1024.0);
+	pacer->achieved_mb = (bytes_so_far + read_cost_so_far - pacer->last_bytes) /
+		counted_secs / (1024.0 * 1024.0);
 	pacer->dirtying_pages = (dirtied_so_far - pacer->last_dirtied) / counted_secs;
 	pacer->changing_ahead_pages = (changed_ahead_so_far - pacer->last_changed_ahead) /
 		counted_secs;
 	pacer->counters_read = now;
-	pacer->last_bytes = bytes_so_far;
+	pacer->last_bytes = bytes_so_far + read_cost_so_far;
 	pacer->last_dirtied = dirtied_so_far;
 	pacer->last_changed_ahead = changed_ahead_so_far;
-	floor_pages = pacer->dirtying_pages +
-		pacer->changing_ahead_pages / TSM_PACER_AHEAD_SHARE;
+
+	/*
+	 * In the catch-up, the pages changed again are outpaced even if every
+	 * one of them is a scattered read; its backlog drains at B/T at plain
+	 * page cost, over up to T (1 + scattered cost / page) if all of it is.
+	 */
+	outpaced_page = bytes_per_page;
 	if (catchup_backlog > 0)
-		floor_pages += catchup_backlog / TSM_PACER_CATCHUP_SECONDS;
-	floor_pages /= TSM_PACER_COPY_DUTY;
-	pacer->floor_mb = Min(Max(tsm_min_rate_mb,
-							  floor_pages * bytes_per_page / (1024.0 * 1024.0)),
+		outpaced_page += TSM_PACER_SCATTERED_READ_COST;
+	floor_bytes = pacer->dirtying_pages * outpaced_page +
+		pacer->changing_ahead_pages / TSM_PACER_AHEAD_SHARE * bytes_per_page;
+	if (catchup_backlog > 0)
+		floor_bytes += catchup_backlog / TSM_PACER_CATCHUP_SECONDS * bytes_per_page;
+	floor_bytes /= TSM_PACER_COPY_DUTY;
+	pacer->floor_mb = Min(Max(tsm_min_rate_mb, floor_bytes / (1024.0 * 1024.0)),
 						  ceiling);
 
 	recent = pacer->recent_tps[0] < 0 ? tps : (pacer->recent_tps[0] + tps) / 2;
@@ -300,8 +314,9 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 pages_so_far, int64 dirtied_so_far,
-			   int64 changed_ahead_so_far, int64 catchup_backlog)
+			   int64 bytes_so_far, int64 read_cost_so_far, int64 pages_so_far,
+			   int64 dirtied_so_far, int64 changed_ahead_so_far,
+			   int64 catchup_backlog)
 {
 	if (pacer->next_sample == 0)
 	{
@@ -309,7 +324,7 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		pacer_sample(pacer);
 		pacer->next_sample = TimestampTzPlusMilliseconds(now, TSM_PACER_SAMPLE_MS);
 		pacer->window_start = pacer->counters_read = now;
-		pacer->last_bytes = bytes_so_far;
+		pacer->last_bytes = bytes_so_far + read_cost_so_far;
 		pacer->last_dirtied = dirtied_so_far;
 		pacer->last_changed_ahead = changed_ahead_so_far;
 		pacer->next_decision = TimestampTzPlusMilliseconds(now, TSM_PACER_FIRST_DECISION_MS);
@@ -323,8 +338,9 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	if (pacer->probe_start != 0)
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
-		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, pages_so_far,
-							dirtied_so_far, changed_ahead_so_far, catchup_backlog);
+		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, read_cost_so_far,
+							pages_so_far, dirtied_so_far, changed_ahead_so_far,
+							catchup_backlog);
 	return false;
 }
 

@@ -16,6 +16,12 @@
 #define TSM_PACER_MAX_BACKENDS 1024
 /* The baseline is the median count of this many last probes. */
 #define TSM_PACER_PROBES_KEPT 3
+/*
+ * What a scattered read costs the pace beyond its page's bytes: a changed
+ * block re-copied after it left shared buffers (copy.c).  Two pages, as
+ * VACUUM's cost model prices a miss at twice a hit.
+ */
+#define TSM_PACER_SCATTERED_READ_COST (2 * BLCKSZ)
 
 typedef struct TsmPacer
 {
@@ -45,7 +51,7 @@ typedef struct TsmPacer
 	 * two decisions, so this is not the window's start).
 	 */
 	TimestampTz counters_read;
-	int64		last_bytes;
+	int64		last_bytes;		/* bytes written plus scattered reads' cost */
 	int64		last_dirtied;
 	int64		last_changed_ahead;
 	double		achieved_mb;
@@ -56,7 +62,8 @@ typedef struct TsmPacer
 
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-						   int64 bytes_so_far, int64 pages_so_far,
+						   int64 bytes_so_far, int64 read_cost_so_far,
+						   int64 pages_so_far,
 						   int64 dirtied_so_far, int64 changed_ahead_so_far,
 						   int64 catchup_backlog);
 extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
