@@ -122,7 +122,9 @@ _PG_init(void)
 							 "Lowest pace of adaptive pacing, in MB per second.",
 							 "Adaptive pacing also stays above the rate at which other sessions change "
 							 "pages the job has copied, plus a quarter of their changes ahead of the copy "
-							 "and a tenth of its catch-up's backlog a second, so that the move converges.",
+							 "and a tenth of its catch-up's backlog a second, so that the move converges "
+							 "(in MB of pages and their WAL; a re-copy read in from outside shared "
+							 "buffers counts 16 kB more).",
 							 &tsm_min_rate_mb,
 							 1.0, 0.1, 1.0e6,
 							 PGC_SIGHUP, 0,

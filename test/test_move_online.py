@@ -88,15 +88,16 @@ def test_adaptive_move_converges_under_writes_without_a_minimum_rate(primary):
 
 
 # A re-copy of a block that has left shared buffers is a read of its own on
-# the device: the adaptive pace charges it two pages more than its bytes
-# (copy.c, job_control.c).  Shared buffers of 4 MB hold under a tenth of the
-# table, so nearly every block of the backlog is read in; a ceiling of
-# 8 MB/s, below the floor a backlog of 5 000 blocks asks for, fixes the pace
-# at the ceiling, so the bytes written per second tell whether the reads
-# were charged: about half the ceiling if they were, all of it (less the
-# probes' holds, 15 %) if not.
-@pytest.mark.pg_conf("shared_buffers = 4MB")
-def test_adaptive_catch_up_charges_blocks_read_in(primary):
+# the device: while the adaptive pace limits the copy, it charges such a
+# block two pages more than its bytes (job_control.c); the evaluation
+# measures what that spares the others.  A job's max_rate_mb is another
+# matter: a ceiling that outpaces the writes in bytes must go on doing so,
+# so a ceiling that limits the copy charges bytes only.  Shared buffers of
+# 4 MB hold under a tenth of the table: nearly every block of the backlog
+# is read in, and the switch's log line counts them.  pacing_target = 50
+# keeps the pace at the ceiling (no cut below it) on a busy CI machine.
+@pytest.mark.pg_conf("shared_buffers = 4MB", "pg_tsmove.pacing_target = 50")
+def test_ceiling_copies_a_cold_backlog_at_its_byte_rate(primary):
     primary.sql("""
         CREATE TABLE scattered (id int PRIMARY KEY, v int, pad text)
             WITH (fillfactor = 50) TABLESPACE ts_a;
@@ -106,6 +107,7 @@ def test_adaptive_catch_up_charges_blocks_read_in(primary):
     per_page = primary.sql_scalar(
         "SELECT max(n) FROM (SELECT count(*) n FROM scattered "
         "GROUP BY (ctid::text::point)[0]) p")
+    primary.sql("UPDATE scattered_shadow SET v = v + 1 WHERE id %% %s = 0" % per_page)
     stop = threading.Event()
 
     def others_busy():      # other sessions working: the pace is adaptive
@@ -120,11 +122,12 @@ def test_adaptive_catch_up_charges_blocks_read_in(primary):
     try:
         job = start_move(primary, "scattered", "ts_b", max_rate_mb=8)
         wait_for_state(primary, job, ("catching_up",), 120)
+        primary.sql("SELECT tsmove.pause(%s)", (job,))
         # one row of every page changed: a backlog of every block, cold
         primary.sql("UPDATE scattered SET v = v + 1 WHERE id %% %s = 0" % per_page)
-        primary.sql("UPDATE scattered_shadow SET v = v + 1 WHERE id %% %s = 0" % per_page)
-        wait_for(lambda: job_row(primary, job)["dirty_backlog"] > pages * 0.8, 30,
+        wait_for(lambda: job_row(primary, job)["dirty_backlog"] > pages * 0.9, 30,
                  what="the backlog")
+        primary.sql("SELECT tsmove.resume(%s)", (job,))
         samples = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -134,12 +137,13 @@ def test_adaptive_catch_up_charges_blocks_read_in(primary):
             samples.append((time.monotonic(), row["bytes_written"] + row["wal_bytes"],
                             row["blocks_recopied"]))
             time.sleep(0.5)
-        assert len(samples) >= 8, samples        # at least 4 s of catch-up seen
+        assert len(samples) >= 6, samples        # at least 3 s of catch-up seen
         (t1, b1, r1), (t2, b2, r2) = samples[1], samples[-1]
         rate_mb = (b2 - b1) / (t2 - t1) / 2 ** 20
         assert r2 > r1
-        # charged: about 4 MB/s; not charged: 6.5-8 MB/s
-        assert 1.5 < rate_mb < 5.5, (rate_mb, samples)
+        # the ceiling less the probes' holds (15 %): 6.5-8 MB/s; charged for
+        # its reads as well, it would write at about half that
+        assert rate_mb > 5.2, (rate_mb, samples)
     finally:
         stop.set()
         primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
@@ -149,10 +153,11 @@ def test_adaptive_catch_up_charges_blocks_read_in(primary):
     assert_moved_cleanly(primary, "scattered", "ts_b")
     assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM scattered")
     assert primary.row_hash("scattered", "id") == primary.row_hash("scattered_shadow", "id")
-    log = primary.log_contents()
-    read_in = [int(m.group(2)) for m in re.finditer(
-        r"job %d switched: .* (\d+) blocks were re-copied, (\d+) of them read in" % job, log)]
-    assert read_in and read_in[0] > pages * 0.5, read_in
+    read_in = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(
+        r"job %d switched: .* this worker re-copied (\d+) blocks, (\d+) of them read in"
+        % job, primary.log_contents())]
+    assert read_in and read_in[0][1] > pages * 0.5, read_in
+    assert read_in[0][1] <= read_in[0][0], read_in
     assert primary.amcheck() == []
 
 

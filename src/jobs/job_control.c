@@ -116,6 +116,7 @@ void
 tsm_ctl_continue_counters(TsmJobCtl *ctl, const TsmProgress *earlier)
 {
 	ctl->progress.blocks_recopied = earlier->blocks_recopied;
+	ctl->recopied_before = earlier->blocks_recopied;
 	ctl->progress.bytes_written = earlier->bytes_written;
 	ctl->progress.switch_attempts = earlier->switch_attempts;
 	ctl->progress.lock_wait_ms = earlier->lock_wait_ms;
@@ -327,25 +328,31 @@ static double
 budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 {
 	bool		catching_up = (ctl->progress.state == TSM_CATCHING_UP);
+	TsmPacerCounts counts;
 	double		pace;
 
 	*hold = false;
+	ctl->pace_binds = false;
 	if (tsm_pacing != TSM_PACING_ADAPTIVE || ctl->others_wait)
 		return ctl->max_rate_mb;
-	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb,
-						   ctl->progress.bytes_written + ctl->progress.wal_bytes,
-						   ctl->scattered_read_cost,
-						   ctl->progress.bytes_written / BLCKSZ,
-						   ctl->pages_changed, ctl->pages_changed_ahead,
-						   catching_up ? ctl->progress.dirty_backlog : 0);
+	counts.bytes = ctl->progress.bytes_written + ctl->progress.wal_bytes;
+	counts.read_cost = ctl->scattered_read_cost;
+	counts.pages = ctl->progress.bytes_written / BLCKSZ;
+	counts.dirtied = ctl->pages_changed;
+	counts.changed_ahead = ctl->pages_changed_ahead;
+	counts.recopied = ctl->progress.blocks_recopied - ctl->recopied_before;
+	counts.scattered = ctl->scattered_reads;
+	counts.catchup_backlog = catching_up ? ctl->progress.dirty_backlog : 0;
+	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb, &counts);
 	if (catching_up && tsm_pacer_sprint(&ctl->pacer, ctl->progress.dirty_backlog))
 	{
 		*hold = false;
 		return ctl->max_rate_mb;
 	}
 	pace = tsm_pacer_budget_mb(&ctl->pacer);
-	if (ctl->max_rate_mb > 0 && (pace == 0 || pace > ctl->max_rate_mb))
-		pace = ctl->max_rate_mb;
+	if (ctl->max_rate_mb > 0 && (pace == 0 || pace >= ctl->max_rate_mb))
+		return ctl->max_rate_mb;
+	ctl->pace_binds = (pace > 0 && !ctl->pacer.others_idle);
 	return pace;
 }
 
@@ -412,11 +419,14 @@ throttle(TsmJobCtl *ctl, int64 cost, int64 written)
  * the switch's locks: that copy is paid for before the locks are taken).
  *
  * A scattered read (a changed block re-copied after it left shared
- * buffers) costs the adaptive pace TSM_PACER_SCATTERED_READ_COST more:
- * it is a request of its own on a device the others are using, where the
- * copy in order is served by the kernel's readahead.  Only the adaptive
- * pace is charged (its unit is the pacer's own); a fixed rate and
- * total_max_rate_mb stay what the manual says, pages and their WAL.
+ * buffers) costs TSM_PACER_SCATTERED_READ_COST more while the adaptive
+ * pace is what limits the copy (pace_binds, from the last look at the
+ * budget): it is a request of its own on a device the others are using,
+ * where the copy in order is served by the kernel's readahead.  Not while
+ * the job's max_rate_mb limits it, nor in a sprint or with the others
+ * idle: those rates stay what the manual says, pages and their WAL (a
+ * ceiling that outpaces the writes in bytes must go on doing so); nor
+ * under fixed pacing or total_max_rate_mb.
  */
 void
 tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled, bool scattered_read)
@@ -428,7 +438,7 @@ tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled, bool scattered_read)
 
 	if (scattered_read)
 		ctl->scattered_reads++;
-	if (scattered_read && tsm_pacing == TSM_PACING_ADAPTIVE && !ctl->others_wait)
+	if (scattered_read && ctl->pace_binds)
 	{
 		cost += TSM_PACER_SCATTERED_READ_COST;
 		ctl->scattered_read_cost += TSM_PACER_SCATTERED_READ_COST;

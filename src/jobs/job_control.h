@@ -37,10 +37,14 @@ struct TsmJobCtl
 	int64		total_unpaid;	/* not yet charged to total_max_rate_mb */
 	int64		wal_usage_at_start;
 	TsmPacer	pacer;			/* pg_tsmove.pacing = adaptive */
-	int64		scattered_reads;	/* re-copies that had to be read in */
+	int64		recopied_before;	/* blocks_recopied by earlier workers */
+	int64		scattered_reads;	/* re-copies of this worker that had to
+									 * be read in */
 	int64		scattered_read_cost;	/* what the pace charged for them
 										 * (TSM_PACER_SCATTERED_READ_COST each),
 										 * beyond the bytes */
+	bool		pace_binds;		/* the last budget was the adaptive pace,
+								 * below the job's max_rate_mb */
 
 	bool		pause_requested;	/* tsmove.pause(): hold still */
 	bool		stops_held;		/* tsm_ctl_check() throws no cancel or

@@ -43,10 +43,12 @@
  *	  cursor, counted at a share 1/S (TSM_PACER_AHEAD_SHARE); B the
  *	  catch-up's backlog of dirty pages (none during the bulk copy) and
  *	  T is TSM_PACER_CATCHUP_SECONDS.
- *	  The budget's unit is the page's bytes, plus TSM_PACER_SCATTERED_READ_COST
- *	  for a re-copy that had to be read in (a scattered read, not served by
- *	  readahead: job_control.c charges it); the floor's C is priced as if
- *	  every such page were one, B/T at the bytes alone.
+ *	  While the pace binds, a re-copy that had to be read in (a scattered
+ *	  read, not served by readahead) costs TSM_PACER_SCATTERED_READ_COST
+ *	  more than its bytes (job_control.c charges it); the floor prices C at
+ *	  what re-copies have lately cost, that share of reads included, and
+ *	  B/T at the bytes alone, so a cold backlog drains over up to
+ *	  T (1 + read cost / page).
  *	  A catch-up at C + B/T pages/s (nothing is ahead of its cursor)
  *	  shrinks its backlog by B/T a second, whatever C is: it ends in a
  *	  few T, and sprints at the ceiling once at most
@@ -100,6 +102,8 @@
 #define TSM_PACER_CATCHUP_SECONDS 10.0
 /* The bulk copy's floor counts changes ahead of its cursor at 1/this. */
 #define TSM_PACER_AHEAD_SHARE 4.0
+/* The share of re-copies read in is measured over at least this many. */
+#define TSM_PACER_SHARE_MIN_RECOPIES 64
 /* A catch-up with this many seconds of the others' changes left sprints. */
 #define TSM_PACER_SPRINT_SECONDS 2.0
 /* The share of the time the copy runs while the others are busy: probes hold it. */
@@ -220,9 +224,7 @@ pacer_probe(TsmPacer *pacer, TimestampTz now)
  */
 static bool
 pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			 int64 bytes_so_far, int64 read_cost_so_far, int64 pages_so_far,
-			 int64 dirtied_so_far, int64 changed_ahead_so_far,
-			 int64 catchup_backlog)
+			 const TsmPacerCounts *counts)
 {
 	double		secs = seconds_between(pacer->window_start, now);
 	double		counted_secs = seconds_between(pacer->counters_read, now);
@@ -232,31 +234,41 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	double		bytes_per_page;
 	double		outpaced_page;
 	double		floor_bytes;
+	int64		recopied = counts->recopied - pacer->last_recopied;
 
 	/* what a page costs (written, and its compressed image in the WAL) */
-	bytes_per_page = pages_so_far > 0 ? (double) bytes_so_far / pages_so_far : 2.0 * BLCKSZ;
-	pacer->achieved_mb = (bytes_so_far + read_cost_so_far - pacer->last_bytes) /
+	bytes_per_page = counts->pages > 0 ? (double) counts->bytes / counts->pages : 2.0 * BLCKSZ;
+	pacer->achieved_mb = (counts->bytes + counts->read_cost - pacer->last_bytes) /
 		counted_secs / (1024.0 * 1024.0);
-	pacer->dirtying_pages = (dirtied_so_far - pacer->last_dirtied) / counted_secs;
-	pacer->changing_ahead_pages = (changed_ahead_so_far - pacer->last_changed_ahead) /
+	pacer->dirtying_pages = (counts->dirtied - pacer->last_dirtied) / counted_secs;
+	pacer->changing_ahead_pages = (counts->changed_ahead - pacer->last_changed_ahead) /
 		counted_secs;
+	if (recopied >= TSM_PACER_SHARE_MIN_RECOPIES)
+		pacer->scattered_share = (double) (counts->scattered - pacer->last_scattered) /
+			recopied;
 	pacer->counters_read = now;
-	pacer->last_bytes = bytes_so_far + read_cost_so_far;
-	pacer->last_dirtied = dirtied_so_far;
-	pacer->last_changed_ahead = changed_ahead_so_far;
+	pacer->last_bytes = counts->bytes + counts->read_cost;
+	pacer->last_dirtied = counts->dirtied;
+	pacer->last_changed_ahead = counts->changed_ahead;
+	if (recopied >= TSM_PACER_SHARE_MIN_RECOPIES)
+	{
+		pacer->last_recopied = counts->recopied;
+		pacer->last_scattered = counts->scattered;
+	}
 
 	/*
-	 * In the catch-up, the pages changed again are outpaced even if every
-	 * one of them is a scattered read; its backlog drains at B/T at plain
-	 * page cost, over up to T (1 + scattered cost / page) if all of it is.
+	 * In the catch-up, the pages changed again are re-copied at what they
+	 * have lately cost, scattered reads included; the backlog drains at B/T
+	 * at the bytes alone, over up to T (1 + read cost / page) if it is all
+	 * read in.
 	 */
 	outpaced_page = bytes_per_page;
-	if (catchup_backlog > 0)
-		outpaced_page += TSM_PACER_SCATTERED_READ_COST;
+	if (counts->catchup_backlog > 0)
+		outpaced_page += TSM_PACER_SCATTERED_READ_COST * pacer->scattered_share;
 	floor_bytes = pacer->dirtying_pages * outpaced_page +
 		pacer->changing_ahead_pages / TSM_PACER_AHEAD_SHARE * bytes_per_page;
-	if (catchup_backlog > 0)
-		floor_bytes += catchup_backlog / TSM_PACER_CATCHUP_SECONDS * bytes_per_page;
+	if (counts->catchup_backlog > 0)
+		floor_bytes += counts->catchup_backlog / TSM_PACER_CATCHUP_SECONDS * bytes_per_page;
 	floor_bytes /= TSM_PACER_COPY_DUTY;
 	pacer->floor_mb = Min(Max(tsm_min_rate_mb, floor_bytes / (1024.0 * 1024.0)),
 						  ceiling);
@@ -314,9 +326,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
  */
 bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-			   int64 bytes_so_far, int64 read_cost_so_far, int64 pages_so_far,
-			   int64 dirtied_so_far, int64 changed_ahead_so_far,
-			   int64 catchup_backlog)
+			   const TsmPacerCounts *counts)
 {
 	if (pacer->next_sample == 0)
 	{
@@ -324,9 +334,11 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		pacer_sample(pacer);
 		pacer->next_sample = TimestampTzPlusMilliseconds(now, TSM_PACER_SAMPLE_MS);
 		pacer->window_start = pacer->counters_read = now;
-		pacer->last_bytes = bytes_so_far + read_cost_so_far;
-		pacer->last_dirtied = dirtied_so_far;
-		pacer->last_changed_ahead = changed_ahead_so_far;
+		pacer->last_bytes = counts->bytes + counts->read_cost;
+		pacer->last_dirtied = counts->dirtied;
+		pacer->last_changed_ahead = counts->changed_ahead;
+		pacer->last_recopied = counts->recopied;
+		pacer->last_scattered = counts->scattered;
 		pacer->next_decision = TimestampTzPlusMilliseconds(now, TSM_PACER_FIRST_DECISION_MS);
 		return false;
 	}
@@ -338,9 +350,7 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	if (pacer->probe_start != 0)
 		return pacer_probe(pacer, now);
 	if (now >= pacer->next_decision)
-		return pacer_decide(pacer, now, ceiling_mb, bytes_so_far, read_cost_so_far,
-							pages_so_far, dirtied_so_far, changed_ahead_so_far,
-							catchup_backlog);
+		return pacer_decide(pacer, now, ceiling_mb, counts);
 	return false;
 }
 

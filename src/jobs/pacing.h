@@ -54,18 +54,31 @@ typedef struct TsmPacer
 	int64		last_bytes;		/* bytes written plus scattered reads' cost */
 	int64		last_dirtied;
 	int64		last_changed_ahead;
+	int64		last_recopied;
+	int64		last_scattered;
+	double		scattered_share;	/* of the re-copies read in, lately */
 	double		achieved_mb;
 	double		floor_mb;
 	double		dirtying_pages; /* pages/s the others make dirty */
 	double		changing_ahead_pages;	/* pages/s they change ahead of the cursor */
 } TsmPacer;
 
+/* What a job has done so far (counts since it started), for its pacer. */
+typedef struct TsmPacerCounts
+{
+	int64		bytes;			/* pages written plus the WAL that logs them */
+	int64		read_cost;		/* charged for scattered reads, beyond bytes */
+	int64		pages;			/* pages written */
+	int64		dirtied;		/* the others' changes the copy must outpace */
+	int64		changed_ahead;	/* their changes ahead of the cursor */
+	int64		recopied;		/* blocks re-copied */
+	int64		scattered;		/* of them, read in (scattered reads) */
+	int64		catchup_backlog;	/* dirty blocks in a catch-up, else 0 */
+} TsmPacerCounts;
+
 extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
-						   int64 bytes_so_far, int64 read_cost_so_far,
-						   int64 pages_so_far,
-						   int64 dirtied_so_far, int64 changed_ahead_so_far,
-						   int64 catchup_backlog);
+						   const TsmPacerCounts *counts);
 extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 

@@ -319,7 +319,8 @@ typedef struct SwitchTiming
 	TimestampTz whole_copied;	/* the files copied under the locks */
 	TimestampTz synced;			/* the new files fsynced */
 	int64		recopied;		/* blocks_recopied when the locks came */
-	int64		read_in;		/* of them, read in (scattered reads) */
+	int64		recopied_here;	/* of them, by this worker */
+	int64		read_in;		/* of those, read in (scattered reads) */
 	int64		whole;			/* blocks_under_lock when the locks came */
 } SwitchTiming;
 
@@ -333,8 +334,8 @@ log_switch_timing(TsmJob *job, const SwitchTiming *t)
 	ereport(LOG,
 			(errmsg("pg_tsmove: job %lld switched: WAL read in %.1f ms, %lld changed blocks "
 					"copied in %.1f ms, %lld blocks of whole files in %.1f ms, fsync %.1f ms, "
-					"then %.1f ms to the commit; before the locks %lld blocks were re-copied, "
-					"%lld of them read in",
+					"then %.1f ms to the commit; before the locks this worker re-copied "
+					"%lld blocks, %lld of them read in",
 					(long long) job->row.job_id,
 					tsm_ms_between(job->lock_granted, t->drained),
 					(long long) (job->ctl.progress.blocks_recopied - t->recopied),
@@ -343,7 +344,7 @@ log_switch_timing(TsmJob *job, const SwitchTiming *t)
 					tsm_ms_between(t->dirty_copied, t->whole_copied),
 					tsm_ms_between(t->whole_copied, t->synced),
 					tsm_ms_between(t->synced, GetCurrentTimestamp()),
-					(long long) t->recopied, (long long) t->read_in)));
+					(long long) t->recopied_here, (long long) t->read_in)));
 }
 
 /*
@@ -361,11 +362,11 @@ try_switch(TsmJob *job)
 	char		who[160];
 
 	job->ctl.progress.switch_attempts++;
-	if (job->ctl.progress.switch_attempts == 1)
-		elog(DEBUG1, "pg_tsmove: job %lld: first switch attempt, %lld blocks re-copied before, "
-			 "%lld of them read in",
-			 (long long) job->row.job_id, (long long) job->ctl.progress.blocks_recopied,
-			 (long long) job->ctl.scattered_reads);
+	elog(DEBUG1, "pg_tsmove: job %lld: switch attempt %d, this worker re-copied %lld blocks "
+		 "before, %lld of them read in",
+		 (long long) job->row.job_id, job->ctl.progress.switch_attempts,
+		 (long long) (job->ctl.progress.blocks_recopied - job->ctl.recopied_before),
+		 (long long) job->ctl.scattered_reads);
 	job->ctl.progress.note[0] = '\0';
 	job->flush_under_locks = false;
 	fs->register_syncs = false;
@@ -411,6 +412,7 @@ try_switch(TsmJob *job)
 	tsm_mirror_drain(&job->mirror, fs);
 	timing.drained = GetCurrentTimestamp();
 	timing.recopied = job->ctl.progress.blocks_recopied;
+	timing.recopied_here = job->ctl.progress.blocks_recopied - job->ctl.recopied_before;
 	timing.read_in = job->ctl.scattered_reads;
 	timing.whole = job->ctl.progress.blocks_under_lock;
 	/* what readers prune from here on is logged for a cleanup lock's replay */
