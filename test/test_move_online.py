@@ -374,6 +374,64 @@ def test_switch_times_its_attempt_to_overlapping_readers(primary, length_s, offs
     assert_moved_cleanly(primary, "over", "ts_b")
 
 
+def test_no_line_up_while_a_vacuum_reads_the_same_file_system(primary):
+    """The readers of the test above, 1.6 s apart, need line-ups: each a
+    wait of up to 1 s with the writers queued behind it.  While a VACUUM
+    works on a table on the file system the move reads from (here one in
+    pg_default, the moved table in ts_a: one disk), a line-up's wait comes
+    on top of the vacuum's toll on the same sessions, so none is made: the
+    switch waits, with no second-long lock wait, and lines them up once
+    the vacuum is over."""
+    nrows = 50000
+    primary.sql("CREATE TABLE over (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO over SELECT g, 0 FROM generate_series(1, %d) g;"
+                "CREATE TABLE vac (id int, pad text);"
+                "INSERT INTO vac SELECT g, repeat('v', 100) FROM generate_series(1, 30000) g"
+                % nrows)
+    vacuum = primary.conn()
+    vacuum_pid = vacuum.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+    def slow_vacuum():     # a page per 100 ms: about a minute unless cancelled
+        try:
+            vacuum.execute("SET vacuum_cost_delay = '100ms'; SET vacuum_cost_limit = 1")
+            vacuum.execute("VACUUM (DISABLE_PAGE_SKIPPING) vac")
+        except psycopg.errors.QueryCanceled:
+            pass
+
+    stop = threading.Event()
+    readers = overlapping_readers(primary, "over", 3.0, 1.6, stop)
+    vacuuming = threading.Thread(target=slow_vacuum, daemon=True)
+    try:
+        time.sleep(2.1)
+        vacuuming.start()
+        wait_for(lambda: primary.sql_scalar(
+            "SELECT count(*) FROM pg_stat_progress_vacuum WHERE relid = 'vac'::regclass"),
+            10, what="the VACUUM of vac")
+        job = start_move(primary, "over", "ts_b", max_rate_mb=0)
+        row = wait_for_state(primary, job, ("catching_up",), 30)
+        time.sleep(20)    # line-ups would come every 5 s, from about 5 s on
+        row = job_row(primary, job)
+        assert primary.sql_scalar(
+            "SELECT count(*) FROM pg_stat_progress_vacuum WHERE relid = 'vac'::regclass") == 1
+        assert row["state"] == "catching_up", row
+        assert row["switch_attempts"] > 0, row
+        # attempts of 20 ms, and none of switch_timed_wait (1 s)
+        assert row["lock_wait_ms"] < 700, row
+        primary.sql("SELECT pg_cancel_backend(%s)", (vacuum_pid,))
+        vacuuming.join(30)
+        assert wait_job(primary, job, 90) == "done", job_row(primary, job)
+    finally:
+        stop.set()
+        primary.sql("SELECT pg_cancel_backend(%s)", (vacuum_pid,))
+        if vacuuming.ident is not None:
+            vacuuming.join(30)
+        vacuum.close()
+        for r in readers:
+            r.join(30)
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM over")
+    assert_moved_cleanly(primary, "over", "ts_b")
+
+
 @pytest.mark.pg_conf("pg_tsmove.switch_timed_wait = 0")
 def test_without_timed_attempts_overlapping_readers_starve_the_switch(primary):
     """The control of the test above: with pg_tsmove.switch_timed_wait = 0

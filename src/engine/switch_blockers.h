@@ -33,6 +33,8 @@
 #define TSM_WATCH_GAP_MS 250
 /* A blocker's transactions shorter than this are not timed. */
 #define TSM_SHORT_TRANSACTION_MS 100
+/* How often a watch looks for VACUUMs on the source's file system. */
+#define TSM_VACUUM_LOOK_MS 500
 
 typedef enum TsmTimedAttempt
 {
@@ -84,6 +86,9 @@ typedef struct TsmSwitchBlock
 									 * background process, no room) */
 	TimestampTz last_lining_up;	/* the last attempt that waited to line
 								 * blockers up */
+	Oid			source_spc;		/* the tablespace the job reads from */
+	Oid			vacuumed_relid; /* a VACUUM on its file system at the last
+								 * look: no line-up */
 	bool		lining_up;		/* the attempt decided on does */
 	TimestampTz timed_failed_at;	/* the last timed attempt that failed */
 	int			timed_wait_ms;	/* > 0: the next attempt is timed, and
@@ -92,7 +97,8 @@ typedef struct TsmSwitchBlock
 
 extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
 								  const char *what, Oid submitted_by,
-								  LOCKMODE lockmode);
+								  LOCKMODE lockmode, Oid source_spc);
+extern void tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block);
 extern void tsm_switch_timed_attempt_failed(TsmSwitchBlock *block);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);

@@ -538,6 +538,12 @@ watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
 
 		tsm_switch_block_watch(&job->block);
 		looks++;
+		if (looks % (TSM_VACUUM_LOOK_MS / TSM_WATCH_INTERVAL_MS) == 1)
+		{
+			tsm_job_start_transaction();
+			tsm_switch_block_look_at_vacuums(&job->block);
+			CommitTransactionCommand();
+		}
 		timed = tsm_switch_block_timed(&job->block, false);
 		now = GetCurrentTimestamp();
 		if (timed == TSM_TIMED_NOW || now >= until || job->ctl.pause_requested ||
@@ -858,7 +864,8 @@ run_next_job(void)
 								job->row.mode != TSM_MODE_ONLINE);
 		job->switch_lockmode = switch_lockmode_for(job);
 		tsm_switch_block_init(&job->block, job->row.job_id, job->row.relname,
-							  job->row.submitted_by, job->switch_lockmode);
+							  job->row.submitted_by, job->switch_lockmode,
+							  job->row.source_spc);
 		if (job->row.resuming)
 			tsm_ctl_continue_counters(&job->ctl, &job->row.earlier);
 		next_file = 0;
