@@ -179,7 +179,9 @@ _PG_init(void)
 							"While readers block a switch, the worker learns how long each blocking session's "
 							"transactions last and requests the locks just before they are due to end, waiting "
 							"up to this long (later queries wait as long); when they never end together, an "
-							"attempt every 5 s waits this long, which lines them up. 0 turns this off.",
+							"attempt every 5 s waits this long, which lines them up (held off for up to 30 s while "
+							"autovacuum works in the database or a VACUUM reads the source's file system). "
+							"0 turns this off.",
 							&tsm_switch_timed_wait_ms,
 							1000, 0, 10000,
 							PGC_SIGHUP, GUC_UNIT_MS,

@@ -47,15 +47,19 @@
  * variation is not timed at all.  A blocker whose transactions are unknown
  * (idle in transaction, not yet seen whole) gets no timed attempt.
  *
- * No attempt lines blockers up while a VACUUM (autovacuum or not) in this
- * database works on a relation stored on the file system the job reads
- * from (tsm_switch_block_look_at_vacuums, every TSM_VACUUM_LOOK_MS of a
- * watch): the
- * sessions there already lose much of their throughput to its reads (in
- * the evaluation, the update streams fell to 55-60 % while autovacuum read
- * the other table of the disk), and a line-up's wait, which writers spend
- * queued, came on top of that: 43-44 % in the worst 5 s.  An attempt
- * timed to blockers due together within the wait is still made.
+ * No attempt lines blockers up while an autovacuum worker works in this
+ * database, or a VACUUM (not FULL) works on a table of it stored on the
+ * file system the job reads from (tsm_switch_block_look_at_vacuums, every
+ * TSM_VACUUM_LOOK_MS of a watch), for up to TSM_VACUUM_HOLD_MS at a time:
+ * the sessions there already lose much of their throughput to its reads
+ * (in the evaluation, the update streams fell to 55-60 % while autovacuum
+ * read the other table of the disk), and a line-up's wait, which writers
+ * spend queued, came on top of that: 43-44 % in the worst 5 s.  An
+ * autovacuum worker counts from its start in the database: it reads the
+ * catalogs and the statistics before it starts on a table (in the
+ * evaluation a line-up 4 s after the worker came was followed by its
+ * vacuum of the disk's other table: 49 %).  An attempt timed to blockers
+ * due together within the wait is still made.
  *
  * The caller sends the cancels just before it requests the locks, then
  * waits up to TSM_CANCEL_GRACE_MS: later queries queue behind its request
@@ -75,6 +79,7 @@
 
 #include <sys/stat.h>
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_tablespace_d.h"
@@ -199,22 +204,39 @@ tablespace_device(Oid spc, dev_t *dev)
 }
 
 /*
- * Look for a VACUUM in this database that works on a relation stored on
- * the job's source file system: block->vacuumed_relid is one, or
- * InvalidOid.  Needs a transaction (the relations' tablespaces are read
- * from the catalog).  A VACUUM in another database is not seen.
+ * Whether, by the PGPROCs' flags (read without a lock: a hint), an
+ * autovacuum worker is in this database, and whether a lazy VACUUM runs
+ * in it.
  */
-void
-tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block)
+static void
+vacuums_in_this_database(bool *autovacuum, bool *vacuum)
+{
+	*autovacuum = *vacuum = false;
+	for (int i = 0; i < ProcGlobal->allProcCount; i++)
+	{
+		volatile PGPROC *proc = GetPGProcByNumber(i);
+		uint8		flags = proc->statusFlags;
+
+		if (proc->pid == 0 || proc->databaseId != MyDatabaseId)
+			continue;
+		*autovacuum |= (flags & PROC_IS_AUTOVACUUM) != 0;
+		*vacuum |= (flags & PROC_IN_VACUUM) != 0;
+	}
+}
+
+/* The table a lazy VACUUM of this database works on, on the source's file system. */
+static Oid
+vacuumed_table_on_source(const TsmSwitchBlock *block)
 {
 	dev_t		source_dev;
 	int			nbackends;
+	Oid			found = InvalidOid;
 
-	block->vacuumed_relid = InvalidOid;
 	if (!tablespace_device(block->source_spc, &source_dev))
-		return;
+		return InvalidOid;
+	pgstat_clear_backend_activity_snapshot();
 	nbackends = pgstat_fetch_stat_numbackends();
-	for (int i = 1; i <= nbackends && !OidIsValid(block->vacuumed_relid); i++)
+	for (int i = 1; i <= nbackends && !OidIsValid(found); i++)
 	{
 		LocalPgBackendStatus *local = tsm_local_backend_status(i);
 		PgBackendStatus *be;
@@ -235,9 +257,58 @@ tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block)
 		if ((spc == block->source_spc ||
 			 (tablespace_device(spc, &dev) && dev == source_dev)) &&
 			OidIsValid(relid))
-			block->vacuumed_relid = relid;
+			found = relid;
 	}
 	pgstat_clear_backend_activity_snapshot();
+	return found;
+}
+
+/*
+ * Look for what holds line-ups off (the header comment): block->vacuum_what
+ * says what, or is empty.  Outside a transaction: the PGPROCs first, and
+ * only when a lazy VACUUM runs in this database (and no autovacuum worker
+ * already decides it), a transaction to find the table's tablespace.
+ */
+void
+tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block)
+{
+	bool		autovacuum;
+	bool		vacuum;
+
+	Assert(!IsTransactionState());
+	block->vacuum_what[0] = '\0';
+	vacuums_in_this_database(&autovacuum, &vacuum);
+	if (autovacuum)
+		strlcpy(block->vacuum_what, "autovacuum works in this database",
+				sizeof(block->vacuum_what));
+	else if (vacuum)
+	{
+		Oid			relid;
+
+		tsm_job_start_transaction();
+		relid = vacuumed_table_on_source(block);
+		CommitTransactionCommand();
+		if (OidIsValid(relid))
+			snprintf(block->vacuum_what, sizeof(block->vacuum_what),
+					 "VACUUM of relation %u reads the source's file system", relid);
+	}
+}
+
+/*
+ * Whether a line-up, due now otherwise, is held off by a VACUUM: for up to
+ * TSM_VACUUM_HOLD_MS from the first one it held off; then one is made.
+ */
+static bool
+line_up_held_off(TsmSwitchBlock *block, TimestampTz now)
+{
+	if (block->vacuum_what[0] == '\0')
+	{
+		block->held_off_since = 0;
+		return false;
+	}
+	if (block->held_off_since == 0)
+		block->held_off_since = now;
+	return !TimestampDifferenceExceeds(block->held_off_since, now, TSM_VACUUM_HOLD_MS);
 }
 
 /* Whether the switch has been blocked long enough to cancel its blockers. */
@@ -483,6 +554,7 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 	double		margin_ms = 0;
 	int			current = 0;
 	bool		learning = false;
+	bool		line_up;
 
 	block->timed_wait_ms = 0;
 	if (tsm_switch_timed_wait_ms <= 0 || block->unwatched_blockers)
@@ -539,13 +611,21 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 		block->lining_up = false;
 		return TSM_TIMED_NOW;
 	}
-	if (recheck ? block->lining_up :
-		(!OidIsValid(block->vacuumed_relid) &&
-		 (block->last_lining_up == 0 ||
-		  TimestampDifferenceExceeds(block->last_lining_up, now, TSM_LINE_UP_INTERVAL_MS))))
+	block->line_up_held_off = false;
+	if (recheck)
+		line_up = block->lining_up;
+	else
+	{
+		line_up = block->last_lining_up == 0 ||
+			TimestampDifferenceExceeds(block->last_lining_up, now, TSM_LINE_UP_INTERVAL_MS);
+		block->line_up_held_off = line_up && line_up_held_off(block, now);
+		line_up = line_up && !block->line_up_held_off;
+	}
+	if (line_up)
 	{
 		block->timed_wait_ms = tsm_switch_timed_wait_ms;
 		block->lining_up = true;
+		block->held_off_since = 0;
 		return TSM_TIMED_NOW;
 	}
 	return TSM_TIMED_LATER;
@@ -563,9 +643,8 @@ tsm_switch_block_describe(const TsmSwitchBlock *block, char *buf, size_t len)
 	size_t		used;
 
 	used = snprintf(buf, len, "%s", block->unwatched_blockers ? "untimed holder; " : "");
-	if (OidIsValid(block->vacuumed_relid))
-		used += snprintf(buf + used, len - used, "VACUUM of relation %u on the source's "
-						 "file system: no line-up; ", block->vacuumed_relid);
+	if (block->line_up_held_off)
+		used += snprintf(buf + used, len - used, "no line-up: %s; ", block->vacuum_what);
 	for (int i = 0; i < block->nwatched && used + 64 < len; i++)
 	{
 		const TsmWatchedSession *w = &block->watched[i];

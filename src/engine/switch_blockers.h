@@ -33,8 +33,10 @@
 #define TSM_WATCH_GAP_MS 250
 /* A blocker's transactions shorter than this are not timed. */
 #define TSM_SHORT_TRANSACTION_MS 100
-/* How often a watch looks for VACUUMs on the source's file system. */
+/* How often a watch looks for VACUUMs that hold line-ups off. */
 #define TSM_VACUUM_LOOK_MS 500
+/* The longest they hold line-ups off at a time. */
+#define TSM_VACUUM_HOLD_MS 30000
 
 typedef enum TsmTimedAttempt
 {
@@ -87,8 +89,10 @@ typedef struct TsmSwitchBlock
 	TimestampTz last_lining_up;	/* the last attempt that waited to line
 								 * blockers up */
 	Oid			source_spc;		/* the tablespace the job reads from */
-	Oid			vacuumed_relid; /* a VACUUM on its file system at the last
-								 * look: no line-up */
+	char		vacuum_what[80];	/* what held line-ups off at the last
+									 * look, or "" */
+	TimestampTz held_off_since; /* the first line-up it held off, or 0 */
+	bool		line_up_held_off;	/* the last decision held one off */
 	bool		lining_up;		/* the attempt decided on does */
 	TimestampTz timed_failed_at;	/* the last timed attempt that failed */
 	int			timed_wait_ms;	/* > 0: the next attempt is timed, and

@@ -527,6 +527,7 @@ watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
 	TimestampTz until = TimestampTzPlusMilliseconds(started, TSM_WATCH_ROUND_MS);
 	TimestampTz backoff_until = TimestampTzPlusMilliseconds(started, backoff_ms);
 	int			looks = 0;
+	bool		held_off_noted = false;
 
 	if (tsm_switch_timed_wait_ms <= 0 || job->block.ntags == 0 ||
 		job->block.blocked_since == 0)
@@ -539,12 +540,17 @@ watch_blockers_for_a_timed_attempt(TsmJob *job, long backoff_ms)
 		tsm_switch_block_watch(&job->block);
 		looks++;
 		if (looks % (TSM_VACUUM_LOOK_MS / TSM_WATCH_INTERVAL_MS) == 1)
-		{
-			tsm_job_start_transaction();
 			tsm_switch_block_look_at_vacuums(&job->block);
-			CommitTransactionCommand();
-		}
 		timed = tsm_switch_block_timed(&job->block, false);
+		if (job->block.line_up_held_off && !held_off_noted)
+		{
+			/* for the round: the next attempt's note replaces it */
+			tsm_ctl_note(&job->ctl, "the readers that block the switch are not lined up while %s "
+						 "(for up to %d s at a time)", job->block.vacuum_what,
+						 TSM_VACUUM_HOLD_MS / 1000);
+			tsm_ctl_publish(&job->ctl, true);
+			held_off_noted = true;
+		}
 		now = GetCurrentTimestamp();
 		if (timed == TSM_TIMED_NOW || now >= until || job->ctl.pause_requested ||
 			(timed == TSM_TIMED_NEVER && now >= backoff_until))
