@@ -59,7 +59,8 @@
  * catalogs and the statistics before it starts on a table (in the
  * evaluation a line-up 4 s after the worker came was followed by its
  * vacuum of the disk's other table: 49 %).  An attempt timed to blockers
- * due together within the wait is still made.
+ * due together within the wait is still made.  A relocation looks only
+ * in the database of its worker.
  *
  * The caller sends the cancels just before it requests the locks, then
  * waits up to TSM_CANCEL_GRACE_MS: later queries queue behind its request
@@ -217,7 +218,14 @@ vacuums_in_this_database(bool *autovacuum, bool *vacuum)
 		volatile PGPROC *proc = GetPGProcByNumber(i);
 		uint8		flags = proc->statusFlags;
 
-		if (proc->pid == 0 || proc->databaseId != MyDatabaseId)
+		/*
+		 * A live process: 15's ProcKill() leaves pid, databaseId and
+		 * statusFlags in a slot it frees (an autovacuum worker's looked
+		 * like one at work until the slot was reused), but disowns its
+		 * latch on every version.
+		 */
+		if (proc->pid == 0 || proc->procLatch.owner_pid != proc->pid ||
+			proc->databaseId != MyDatabaseId)
 			continue;
 		*autovacuum |= (flags & PROC_IS_AUTOVACUUM) != 0;
 		*vacuum |= (flags & PROC_IN_VACUUM) != 0;
@@ -557,6 +565,7 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 	bool		line_up;
 
 	block->timed_wait_ms = 0;
+	block->line_up_held_off = false;
 	if (tsm_switch_timed_wait_ms <= 0 || block->unwatched_blockers)
 		return TSM_TIMED_NEVER; /* off, or a blocker it cannot follow */
 	/* after one failed, writers have waited: none for TSM_LINE_UP_INTERVAL_MS */
@@ -611,7 +620,6 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 		block->lining_up = false;
 		return TSM_TIMED_NOW;
 	}
-	block->line_up_held_off = false;
 	if (recheck)
 		line_up = block->lining_up;
 	else
@@ -625,7 +633,6 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 	{
 		block->timed_wait_ms = tsm_switch_timed_wait_ms;
 		block->lining_up = true;
-		block->held_off_since = 0;
 		return TSM_TIMED_NOW;
 	}
 	return TSM_TIMED_LATER;
@@ -677,7 +684,10 @@ tsm_switch_block_still_due(TsmSwitchBlock *block)
 	if (tsm_switch_block_timed(block, true) != TSM_TIMED_NOW)
 		return false;
 	if (block->lining_up)
+	{
 		block->last_lining_up = GetCurrentTimestamp();
+		block->held_off_since = 0;	/* made: a hold starts anew */
+	}
 	block->attempted_since_look = true;	/* the request follows this look */
 	return true;
 }
