@@ -259,12 +259,13 @@ vacuumed_table_on_source(const TsmSwitchBlock *block)
 			be->st_progress_command != PROGRESS_COMMAND_VACUUM)
 			continue;
 		relid = be->st_progress_command_target;
+		if (!OidIsValid(relid))
+			continue;
 		spc = get_rel_tablespace(relid);	/* InvalidOid: the default, or gone */
 		if (!OidIsValid(spc))
 			spc = MyDatabaseTableSpace;
-		if ((spc == block->source_spc ||
-			 (tablespace_device(spc, &dev) && dev == source_dev)) &&
-			OidIsValid(relid))
+		if (spc == block->source_spc ||
+			(tablespace_device(spc, &dev) && dev == source_dev))
 			found = relid;
 	}
 	pgstat_clear_backend_activity_snapshot();

@@ -340,7 +340,7 @@ budget_rate_now(TsmJobCtl *ctl, TimestampTz now, bool *hold)
 	counts.pages = ctl->progress.bytes_written / BLCKSZ;
 	counts.dirtied = ctl->pages_changed;
 	counts.changed_ahead = ctl->pages_changed_ahead;
-	counts.recopied = ctl->progress.blocks_recopied - ctl->recopied_before;
+	counts.recopied = tsm_ctl_recopied_here(ctl);
 	counts.scattered = ctl->scattered_reads;
 	counts.catchup_backlog = catching_up ? ctl->progress.dirty_backlog : 0;
 	*hold = tsm_pacer_tick(&ctl->pacer, now, ctl->max_rate_mb, &counts);

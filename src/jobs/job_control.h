@@ -80,6 +80,13 @@ extern void tsm_ctl_save_in_transaction(TsmJobCtl *ctl, const char *error);
 extern void tsm_ctl_check(TsmJobCtl *ctl);
 extern void tsm_ctl_sleep(TsmJobCtl *ctl, long ms);
 extern void tsm_ctl_charge_page(TsmJobCtl *ctl, bool throttled, bool scattered_read);
+
+/* Blocks this worker re-copied (blocks_recopied goes on from the job's row). */
+static inline int64
+tsm_ctl_recopied_here(const TsmJobCtl *ctl)
+{
+	return ctl->progress.blocks_recopied - ctl->recopied_before;
+}
 extern bool tsm_ctl_others_idle(TsmJobCtl *ctl);
 extern void tsm_ctl_debug_pause(TsmJobCtl *ctl, const char *phase);
 extern void tsm_ctl_note(TsmJobCtl *ctl, const char *fmt,...) pg_attribute_printf(2, 3);

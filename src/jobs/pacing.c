@@ -244,17 +244,16 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	pacer->changing_ahead_pages = (counts->changed_ahead - pacer->last_changed_ahead) /
 		counted_secs;
 	if (recopied >= TSM_PACER_SHARE_MIN_RECOPIES)
+	{
 		pacer->scattered_share = (double) (counts->scattered - pacer->last_scattered) /
 			recopied;
+		pacer->last_recopied = counts->recopied;
+		pacer->last_scattered = counts->scattered;
+	}
 	pacer->counters_read = now;
 	pacer->last_bytes = counts->bytes + counts->read_cost;
 	pacer->last_dirtied = counts->dirtied;
 	pacer->last_changed_ahead = counts->changed_ahead;
-	if (recopied >= TSM_PACER_SHARE_MIN_RECOPIES)
-	{
-		pacer->last_recopied = counts->recopied;
-		pacer->last_scattered = counts->scattered;
-	}
 
 	/*
 	 * In the catch-up, the pages changed again are re-copied at what they

@@ -18,8 +18,7 @@
 #define TSM_PACER_PROBES_KEPT 3
 /*
  * What a scattered read costs the pace beyond its page's bytes: a changed
- * block re-copied after it left shared buffers (copy.c).  Two pages, as
- * VACUUM's cost model prices a miss at twice a hit.
+ * block re-copied after it left shared buffers (copy.c): two pages.
  */
 #define TSM_PACER_SCATTERED_READ_COST (2 * BLCKSZ)
 

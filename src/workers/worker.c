@@ -365,7 +365,7 @@ try_switch(TsmJob *job)
 	elog(DEBUG1, "pg_tsmove: job %lld: switch attempt %d, this worker re-copied %lld blocks "
 		 "before, %lld of them read in",
 		 (long long) job->row.job_id, job->ctl.progress.switch_attempts,
-		 (long long) (job->ctl.progress.blocks_recopied - job->ctl.recopied_before),
+		 (long long) tsm_ctl_recopied_here(&job->ctl),
 		 (long long) job->ctl.scattered_reads);
 	job->ctl.progress.note[0] = '\0';
 	job->flush_under_locks = false;
@@ -412,7 +412,7 @@ try_switch(TsmJob *job)
 	tsm_mirror_drain(&job->mirror, fs);
 	timing.drained = GetCurrentTimestamp();
 	timing.recopied = job->ctl.progress.blocks_recopied;
-	timing.recopied_here = job->ctl.progress.blocks_recopied - job->ctl.recopied_before;
+	timing.recopied_here = tsm_ctl_recopied_here(&job->ctl);
 	timing.read_in = job->ctl.scattered_reads;
 	timing.whole = job->ctl.progress.blocks_under_lock;
 	/* what readers prune from here on is logged for a cleanup lock's replay */
