@@ -13,6 +13,7 @@ OBJS         = src/pg_tsmove.o \
                src/engine/reconcile.o \
                src/engine/resume.o src/jobs/durable_file.o src/jobs/local_jobs.o \
                src/engine/relation_storage.o src/engine/switch_blockers.o \
+               src/engine/vacuum_look.o \
                src/relation/relation_move.o src/relation/relation_switch.o \
                src/relocation/relocation_files.o src/relocation/relocation_switch.o \
                src/relocation/relocation_finish.o src/relocation/relocation_recovery.o \

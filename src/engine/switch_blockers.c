@@ -50,7 +50,8 @@
  * No attempt lines blockers up while an autovacuum worker works in this
  * database, or a VACUUM (not FULL) works on a table of it stored on the
  * file system the job reads from (tsm_switch_block_look_at_vacuums, every
- * TSM_VACUUM_LOOK_MS of a watch), for up to TSM_VACUUM_HOLD_MS at a time:
+ * TSM_VACUUM_LOOK_MS of a watch; the looks are vacuum_look.c's), for up to
+ * TSM_VACUUM_HOLD_MS at a time:
  * the sessions there already lose much of their throughput to its reads
  * (in the evaluation, the update streams fell to 55-60 % while autovacuum
  * read the other table of the disk), and a line-up's wait, which writers
@@ -78,25 +79,22 @@
 #include <math.h>
 #include <signal.h>
 
-#include <sys/stat.h>
-
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_authid.h"
-#include "catalog/pg_tablespace_d.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
-#include "utils/backend_progress.h"
 #include "utils/backend_status.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "jobs/jobs.h"
 #include "engine/switch_blockers.h"
+#include "engine/vacuum_look.h"
 
 /* A session whose lock blocks the switch. */
 typedef struct TsmBlocker
@@ -181,98 +179,6 @@ tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id, const char *what,
 }
 
 /*
- * The file system a tablespace's files of this database are on; false if
- * its directory cannot be looked at (a tablespace being dropped).
- */
-static bool
-tablespace_device(Oid spc, dev_t *dev)
-{
-	char		path[MAXPGPATH];
-	struct stat st;
-
-	if (!OidIsValid(spc))
-		spc = MyDatabaseTableSpace;
-	if (spc == DEFAULTTABLESPACE_OID)
-		strlcpy(path, "base", sizeof(path));
-	else if (spc == GLOBALTABLESPACE_OID)
-		strlcpy(path, "global", sizeof(path));
-	else
-		snprintf(path, sizeof(path), "pg_tblspc/%u", spc);
-	if (stat(path, &st) != 0)
-		return false;
-	*dev = st.st_dev;
-	return true;
-}
-
-/*
- * Whether, by the PGPROCs' flags (read without a lock: a hint), an
- * autovacuum worker is in this database, and whether a lazy VACUUM runs
- * in it.
- */
-static void
-vacuums_in_this_database(bool *autovacuum, bool *vacuum)
-{
-	*autovacuum = *vacuum = false;
-	for (int i = 0; i < ProcGlobal->allProcCount; i++)
-	{
-		volatile PGPROC *proc = GetPGProcByNumber(i);
-		uint8		flags = proc->statusFlags;
-
-		/*
-		 * A live process: 15's ProcKill() leaves pid, databaseId and
-		 * statusFlags in a slot it frees (an autovacuum worker's looked
-		 * like one at work until the slot was reused), but disowns its
-		 * latch on every version.
-		 */
-		if (proc->pid == 0 || proc->procLatch.owner_pid != proc->pid ||
-			proc->databaseId != MyDatabaseId)
-			continue;
-		*autovacuum |= (flags & PROC_IS_AUTOVACUUM) != 0;
-		*vacuum |= (flags & PROC_IN_VACUUM) != 0;
-	}
-}
-
-/* The table a lazy VACUUM of this database works on, on the source's file system. */
-static Oid
-vacuumed_table_on_source(const TsmSwitchBlock *block)
-{
-	dev_t		source_dev;
-	int			nbackends;
-	Oid			found = InvalidOid;
-
-	if (!tablespace_device(block->source_spc, &source_dev))
-		return InvalidOid;
-	pgstat_clear_backend_activity_snapshot();
-	nbackends = pgstat_fetch_stat_numbackends();
-	for (int i = 1; i <= nbackends && !OidIsValid(found); i++)
-	{
-		LocalPgBackendStatus *local = tsm_local_backend_status(i);
-		PgBackendStatus *be;
-		Oid			relid;
-		Oid			spc;
-		dev_t		dev;
-
-		if (local == NULL)
-			continue;
-		be = &local->backendStatus;
-		if (be->st_databaseid != MyDatabaseId ||
-			be->st_progress_command != PROGRESS_COMMAND_VACUUM)
-			continue;
-		relid = be->st_progress_command_target;
-		if (!OidIsValid(relid))
-			continue;
-		spc = get_rel_tablespace(relid);	/* InvalidOid: the default, or gone */
-		if (!OidIsValid(spc))
-			spc = MyDatabaseTableSpace;
-		if (spc == block->source_spc ||
-			(tablespace_device(spc, &dev) && dev == source_dev))
-			found = relid;
-	}
-	pgstat_clear_backend_activity_snapshot();
-	return found;
-}
-
-/*
  * Look for what holds line-ups off (the header comment): block->vacuum_what
  * says what, or is empty.  Outside a transaction: the PGPROCs first, and
  * only when a lazy VACUUM runs in this database (and no autovacuum worker
@@ -283,24 +189,19 @@ tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block)
 {
 	bool		autovacuum;
 	bool		vacuum;
+	Oid			relid;
+	const char *command;
 
 	Assert(!IsTransactionState());
 	block->vacuum_what[0] = '\0';
-	vacuums_in_this_database(&autovacuum, &vacuum);
+	tsm_vacuums_in_this_database(&autovacuum, &vacuum);
 	if (autovacuum)
 		strlcpy(block->vacuum_what, "autovacuum works in this database",
 				sizeof(block->vacuum_what));
-	else if (vacuum)
-	{
-		Oid			relid;
-
-		tsm_job_start_transaction();
-		relid = vacuumed_table_on_source(block);
-		CommitTransactionCommand();
-		if (OidIsValid(relid))
-			snprintf(block->vacuum_what, sizeof(block->vacuum_what),
-					 "VACUUM of relation %u reads the source's file system", relid);
-	}
+	else if (vacuum &&
+			 OidIsValid(relid = tsm_vacuum_reading(block->source_spc, &command)))
+		snprintf(block->vacuum_what, sizeof(block->vacuum_what),
+				 "%s of relation %u reads the source's file system", command, relid);
 }
 
 /*

@@ -14,6 +14,7 @@
 #include "utils/timestamp.h"
 
 #include "jobs/job_control.h"
+#include "engine/vacuum_look.h"
 
 /* After cancelling its blockers, an attempt waits this long for them to end. */
 #define TSM_CANCEL_GRACE_MS 200
@@ -33,10 +34,6 @@
 #define TSM_WATCH_GAP_MS 250
 /* A blocker's transactions shorter than this are not timed. */
 #define TSM_SHORT_TRANSACTION_MS 100
-/* How often a watch looks for VACUUMs that hold line-ups off. */
-#define TSM_VACUUM_LOOK_MS 500
-/* The longest they hold line-ups off at a time. */
-#define TSM_VACUUM_HOLD_MS 30000
 
 typedef enum TsmTimedAttempt
 {
