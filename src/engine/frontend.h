@@ -130,6 +130,8 @@ struct TsmJob
 	TimestampTz lock_granted;	/* of the switch attempt under way */
 	TsmSwitchBlock block;		/* since when the switch is blocked
 								 * (switch_blockers.c) */
+	TsmVacuumYield vacuum_yield;	/* the copy's holds for a VACUUM
+									 * (worker.c) */
 	bool		switch_committed;	/* the new files are the ones in use */
 	MemoryContext cxt;			/* lives as long as the job */
 };

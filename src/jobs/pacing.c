@@ -276,7 +276,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 	pacer->recent_tps[1] = pacer->recent_tps[0];
 	pacer->recent_tps[0] = tps;
 	start_window(pacer, now);
-
+	pacer->held_at_floor = false;
 	pacer->others_idle = (recent < TSM_PACER_IDLE_TPS &&
 						  (pacer->base_tps < 0 || pacer->base_tps < TSM_PACER_IDLE_TPS));
 	if (pacer->others_idle)
@@ -312,6 +312,7 @@ pacer_decide(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 
 		if (from >= TSM_PACER_UNTHROTTLED_MB && pacer->achieved_mb > 0)
 			from = pacer->achieved_mb;
+		pacer->held_at_floor = (Min(from * cut, ceiling) < pacer->floor_mb);
 		pacer->pace_mb = Max(Min(from * cut, ceiling), pacer->floor_mb);
 	}
 	return false;
@@ -364,6 +365,22 @@ tsm_pacer_sprint(TsmPacer *pacer, int64 backlog)
 {
 	return backlog <= Max(4 * (double) tsm_switch_backlog_blocks,
 						  pacer->dirtying_pages * TSM_PACER_SPRINT_SECONDS);
+}
+
+/*
+ * After the move held still for reasons of its own (worker.c's hold for a
+ * VACUUM): the next tick starts afresh, as the first did, so that neither
+ * the others' throughput while it held still nor the copy's standstill is
+ * taken for what the copy does to them.  The pace, the baseline and the
+ * probes' schedule stay.
+ */
+void
+tsm_pacer_restart(TsmPacer *pacer)
+{
+	pacer->next_sample = 0;
+	pacer->probe_start = 0;
+	pacer->held_at_floor = false;
+	pacer->recent_tps[0] = pacer->recent_tps[1] = -1;
 }
 
 /* The pace as a byte budget for the throttle: 0 = unthrottled. */

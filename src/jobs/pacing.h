@@ -26,6 +26,9 @@ typedef struct TsmPacer
 {
 	double		pace_mb;		/* the budget now, MB/s; 0 = unthrottled */
 	bool		others_idle;	/* the last decision saw no other session working */
+	bool		held_at_floor;	/* the last decision would have cut the pace
+								 * below the floor: the others suffer, and
+								 * the floor keeps the copy going */
 	TimestampTz next_sample;
 	TimestampTz next_decision;
 
@@ -79,6 +82,7 @@ extern void tsm_pacer_init(TsmPacer *pacer);
 extern bool tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 						   const TsmPacerCounts *counts);
 extern bool tsm_pacer_sprint(TsmPacer *pacer, int64 backlog);
+extern void tsm_pacer_restart(TsmPacer *pacer);
 extern double tsm_pacer_budget_mb(TsmPacer *pacer);
 
 #endif							/* TSM_PACING_H */
