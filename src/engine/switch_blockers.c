@@ -68,9 +68,18 @@
  * meanwhile, so only a query that starts in the moment between the two can
  * take the lock first.
  *
- * Locks: GetLockConflicts() takes the lock partition locks; a holder's
- * PGPROC is read under ProcArrayLock (shared).  A holder that has moved on
- * to another transaction since is left alone.
+ * Who blocked an attempt: the holders are looked at after it timed out and
+ * withdrew its requests, and by then the sessions that queued behind a
+ * request (a writer's UPDATE) have been granted their locks.  They did not
+ * block it, and must not be named, waited for or cancelled as if they had:
+ * just before the requests, the caller has the transactions that hold a
+ * conflicting lock then recorded (tsm_switch_attempt_starting), and only a
+ * holder among those counts as a blocker of the attempt.
+ *
+ * Locks: GetLockConflicts() takes the lock partition locks (and each
+ * backend's fast-path lock); a holder's PGPROC is read under ProcArrayLock
+ * (shared).  A holder that has moved on to another transaction since is
+ * left alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -286,17 +295,85 @@ tsm_switch_timed_attempt_failed(TsmSwitchBlock *block)
 		block->timed_failed_at = GetCurrentTimestamp();
 }
 
+static bool
+held_before_request(const TsmSwitchBlock *block, VirtualTransactionId vxid)
+{
+	for (int i = 0; i < block->nheld_before; i++)
+		if (VirtualTransactionIdEquals(block->held_before[i], vxid))
+			return true;
+	return false;
+}
+
+/*
+ * Just before an attempt requests its locks (tags, the same the caller
+ * passes to tsm_switch_attempt_failed): record the transactions that hold
+ * a lock on one of them that conflicts with the switch's.  Only they can
+ * block the attempt; a session that holds one after it failed and was not
+ * among them queued behind the request and was granted its lock when the
+ * request was withdrawn.  More than TSM_MAX_HOLDERS_BEFORE_REQUEST: the
+ * record is not complete, and the failed attempt counts every holder.
+ *
+ * A GetLockConflicts() per tag, the look a failed attempt takes after
+ * its requests (none once the record is full): made before the first
+ * request, so no query waits behind the switch meanwhile.  Needs no
+ * transaction.
+ */
+void
+tsm_switch_attempt_starting(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
+{
+	block->nheld_before = 0;
+	block->held_before_complete = true;
+	for (int i = 0; i < ntags && block->held_before_complete; i++)
+	{
+		VirtualTransactionId *conflicts = GetLockConflicts(&tags[i], block->lockmode, NULL);
+
+		for (VirtualTransactionId *holders = conflicts;
+			 VirtualTransactionIdIsValid(*holders); holders++)
+		{
+			if (held_before_request(block, *holders))
+				continue;
+			if (block->nheld_before == TSM_MAX_HOLDERS_BEFORE_REQUEST)
+			{
+				block->held_before_complete = false;
+				break;
+			}
+			block->held_before[block->nheld_before++] = *holders;
+		}
+		/* a fresh array, except in hot standby, where no job runs */
+		if (!RecoveryInProgress())
+			pfree(conflicts);
+	}
+}
+
 /*
  * An attempt did not get its locks in time.  Remember since when the
  * switch is blocked and which client transactions blocked it, and cancel
- * the autovacuum workers among the blockers (but wraparound's).  Runs with
- * no transaction open.
+ * the autovacuum workers among the holders (but wraparound's).  Runs with
+ * no transaction open, after tsm_switch_attempt_starting() for the same
+ * tags.
+ *
+ * A blocker is a holder that already held a conflicting lock before the
+ * requests (in the same transaction).  One that took its lock on a tag
+ * the attempt had not requested yet while it waited on an earlier one is
+ * left out too, although it would block the next attempt: it is counted
+ * when that fails.  Leaving one out is the safe way to err: an attempt is
+ * made rather than skipped, a cancel comes an attempt later; counting a
+ * session that queued behind the request would cancel a writer that
+ * blocked nothing.
+ *
+ * Autovacuum is cancelled whether it held its lock before or not: a
+ * worker that does not prevent wraparound takes its table lock only
+ * conditionally (VACOPT_SKIP_LOCKED), which fails while the request
+ * waits, so it never queues behind one; one that holds a lock now blocked
+ * this attempt or took its lock after the request was withdrawn, and
+ * would block the next.
  */
 void
 tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 {
 	bool	   *held = palloc0(sizeof(bool) * Max(ntags, 1));
 	List	   *blockers = find_blockers(block, tags, ntags, NULL, held);
+	bool		filter = block->held_before_complete;
 	ListCell   *lc;
 
 	if (block->blocked_since == 0)
@@ -305,14 +382,17 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 	pfree(held);
 	tsm_switch_timed_attempt_failed(block);
 	block->nblockers = 0;
+	block->held_before_complete = false;	/* one record, one attempt */
 	foreach(lc, blockers)
 	{
 		TsmBlocker *b = lfirst(lc);
+		bool		queued_behind = filter && !held_before_request(block, b->vxid);
 
-		elog(DEBUG1, "pg_tsmove: job %lld: attempt failed, held by PID %d%s%s",
+		elog(DEBUG1, "pg_tsmove: job %lld: attempt failed, held by PID %d%s%s%s",
 			 (long long) block->job_id, b->pid,
 			 (b->status_flags & PROC_IS_AUTOVACUUM) ? " (autovacuum)" : "",
-			 b->background_worker ? " (background)" : "");
+			 b->background_worker ? " (background)" : "",
+			 queued_behind ? " (granted after the request)" : "");
 		if ((b->status_flags & PROC_IS_AUTOVACUUM) &&
 			!(b->status_flags & PROC_VACUUM_FOR_WRAPAROUND))
 		{
@@ -322,7 +402,7 @@ tsm_switch_attempt_failed(TsmSwitchBlock *block, const LOCKTAG *tags, int ntags)
 			(void) kill(b->pid, SIGINT);
 		}
 		else if (!b->background_worker && !(b->status_flags & PROC_IS_AUTOVACUUM) &&
-				 block->nblockers < TSM_MAX_REMEMBERED_BLOCKERS)
+				 !queued_behind && block->nblockers < TSM_MAX_REMEMBERED_BLOCKERS)
 		{
 			block->blocker_pids[block->nblockers] = b->pid;
 			block->blockers[block->nblockers++] = b->vxid;

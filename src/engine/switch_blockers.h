@@ -20,6 +20,8 @@
 #define TSM_CANCEL_GRACE_MS 200
 /* Blocking transactions remembered from one failed attempt to the next. */
 #define TSM_MAX_REMEMBERED_BLOCKERS 64
+/* Holders seen just before an attempt's requests; more: not told apart. */
+#define TSM_MAX_HOLDERS_BEFORE_REQUEST 64
 
 /* Sessions whose transactions a blocked switch times (timed attempts). */
 #define TSM_MAX_WATCHED_SESSIONS 32
@@ -70,6 +72,15 @@ typedef struct TsmSwitchBlock
 	int			nblockers;
 	VirtualTransactionId blockers[TSM_MAX_REMEMBERED_BLOCKERS];
 	int			blocker_pids[TSM_MAX_REMEMBERED_BLOCKERS];	/* their processes */
+	/*
+	 * The transactions that held a conflicting lock just before the
+	 * attempt's requests (tsm_switch_attempt_starting): only those can
+	 * have blocked it.  Not complete (more than fit, or not taken): a
+	 * failed attempt names every holder, as before.
+	 */
+	int			nheld_before;
+	bool		held_before_complete;
+	VirtualTransactionId held_before[TSM_MAX_HOLDERS_BEFORE_REQUEST];
 	MemoryContext cxt;			/* the job's, for tags */
 	/* the locks the switch needs that a failed attempt found held */
 	LOCKTAG    *tags;
@@ -101,6 +112,8 @@ extern void tsm_switch_block_init(TsmSwitchBlock *block, int64 job_id,
 								  LOCKMODE lockmode, Oid source_spc);
 extern void tsm_switch_block_look_at_vacuums(TsmSwitchBlock *block);
 extern void tsm_switch_timed_attempt_failed(TsmSwitchBlock *block);
+extern void tsm_switch_attempt_starting(TsmSwitchBlock *block,
+										const LOCKTAG *tags, int ntags);
 extern void tsm_switch_attempt_failed(TsmSwitchBlock *block,
 									  const LOCKTAG *tags, int ntags);
 extern bool tsm_last_blockers_remain(const TsmSwitchBlock *block,

@@ -225,6 +225,8 @@ tsm_relation_switch_lock(TsmJob *job)
 		return false;
 	}
 	cache_locked_forks(move);
+	/* who holds the locks now: those granted theirs after it did not block it */
+	tsm_switch_attempt_starting(&job->block, tags, move->nmembers);
 	if (tsm_ctl_lock_all_or_none(lock_member, move, move->nmembers, timeout_ms,
 								 &failed_at))
 	{

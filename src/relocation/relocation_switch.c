@@ -487,6 +487,12 @@ tsm_relocation_switch_lock(TsmJob *job)
 		}
 		timeout_ms = Max(timeout_ms, job->block.timed_wait_ms);
 	}
+	/*
+	 * Who holds the relations' locks now: those granted theirs after the
+	 * requests did not block them.  The guard is not looked at: an attempt
+	 * that fails at it names its holders itself.
+	 */
+	tsm_switch_attempt_starting(&job->block, st->locked, st->nlocked);
 	if (tsm_ctl_lock_all_or_none(lock_relation_then_guard, job, st->nlocked + 1, timeout_ms,
 								 &failed_at))
 		return true;
