@@ -192,6 +192,56 @@ def start_long_reader(cluster, rel, seconds, user=None, dbname="postgres", for_s
     return reader
 
 
+class QueuedWriter(threading.Thread):
+    """A transaction that updates row 1 of rel (a column n) and then stays
+    in a query for seconds, holding RowExclusiveLock on rel.  Records how
+    it ended (its SQLSTATE, None if it committed) and when
+    (time.monotonic())."""
+
+    def __init__(self, cluster, rel, seconds, dbname="postgres"):
+        super().__init__(daemon=True)
+        self.conn = cluster.conn(dbname, autocommit=False)
+        self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.conn.commit()
+        self.rel, self.seconds = rel, seconds
+        self.sqlstate, self.ended = "not run", None
+
+    def run(self):
+        try:
+            self.conn.execute("UPDATE %s SET n = n + 1 WHERE id = 1" % self.rel)
+            self.conn.execute("SELECT pg_sleep(%s)" % self.seconds)
+            self.conn.commit()
+            self.sqlstate = None
+        except psycopg.Error as error:
+            self.sqlstate = error.sqlstate
+        self.ended = time.monotonic()
+        self.conn.close()
+
+
+def start_writer_queued_behind_the_switch(cluster, rel, seconds, dbname="postgres"):
+    """Once a switch attempt's lock request on rel waits (behind a reader),
+    start a QueuedWriter on rel: it queues behind the request, and is
+    granted its lock when the attempt times out.  Returns it then, holding
+    the lock.  The attempt must wait long enough (switch_lock_timeout of a
+    second or more) for the writer to queue."""
+    locks = ("SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND pid = %s "
+             "AND mode = %s AND granted = %s")
+    wait_for(lambda: cluster.sql_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        "WHERE a.backend_type = 'pg_tsmove worker' AND l.relation = %s::regclass "
+        "AND NOT l.granted", (rel,), dbname=dbname), 30, interval_s=0.02,
+        what="the switch's lock request")
+    writer = QueuedWriter(cluster, rel, seconds, dbname)
+    writer.start()
+    wait_for(lambda: cluster.sql_scalar(locks, (rel, writer.pid, "RowExclusiveLock", False),
+                                        dbname=dbname), 1.5, interval_s=0.02,
+             what="the writer to queue behind the switch's request")
+    wait_for(lambda: cluster.sql_scalar(locks, (rel, writer.pid, "RowExclusiveLock", True),
+                                        dbname=dbname), 10,
+             what="the writer's lock, once the attempt timed out")
+    return writer
+
+
 def set_cancel_blockers_after(cluster, value):
     cluster.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = %s" % value)
     cluster.sql("SELECT pg_reload_conf()")

@@ -14,9 +14,9 @@ import time
 import psycopg
 import pytest
 
-from moves import (assert_moved_cleanly, job_row, set_cancel_blockers_after, start_long_reader,
-                   start_move, tablespace_of, wait_for, wait_for_state, wait_job,
-                   worker_lock_modes)
+from moves import (assert_moved_cleanly, job_row, set_cancel_blockers_after,
+                   start_long_reader, start_move, start_writer_queued_behind_the_switch,
+                   tablespace_of, wait_for, wait_for_state, wait_job, worker_lock_modes)
 
 SCALE = 20
 CLIENTS = 4
@@ -592,6 +592,55 @@ def test_switch_cancels_blocking_queries_only_when_asked(primary):
     assert "cancelling the query of PID %d" % reader.pid in primary.log_contents()
     assert primary.row_hash("read_hot", "id") == expected
     assert_moved_cleanly(primary, "read_hot", "ts_b")
+
+
+@pytest.mark.pg_conf("pg_tsmove.switch_lock_timeout = 2s", "pg_tsmove.switch_timed_wait = 0")
+def test_writer_queued_behind_the_switch_is_not_named_its_blocker(primary):
+    """A writer whose UPDATE queued behind the switch's lock request gets
+    its lock when the request times out and is withdrawn: it then holds
+    one, but it did not block that attempt, the reader did.  The view names
+    the reader only, and with pg_tsmove.switch_cancel_blockers_after set
+    the reader's query is cancelled first; the writer's only once it has
+    blocked an attempt of its own (one lock timeout, 2 s, later)."""
+    primary.sql("CREATE TABLE queued (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO queued SELECT g, 0 FROM generate_series(1, 50000) g")
+    reader = start_long_reader(primary, "queued", 120)
+    writer = None
+    try:
+        job = start_move(primary, "queued", "ts_b", max_rate_mb=0)
+        # the switch's request waits behind the reader; a writer queues behind
+        # it, and holds its lock in pg_sleep once the attempt timed out
+        writer = start_writer_queued_behind_the_switch(primary, "queued", 40)
+        note = wait_for(lambda: (lambda e: e if "blocked the last switch attempt" in e else None)(
+            job_row(primary, job)["error"] or ""), 20, what="the note of a skipped attempt")
+        assert re.search(r"\b%d\b" % reader.pid, note), (reader.pid, writer.pid, note)
+        assert not re.search(r"\b%d\b" % writer.pid, note), (reader.pid, writer.pid, note)
+        assert note.startswith("process %d blocked the last switch attempt" % reader.pid), note
+        assert reader.is_alive() and writer.is_alive()
+
+        set_cancel_blockers_after(primary, "'1s'")
+        reader.join(20)
+        assert reader.sqlstate == "57014", reader.sqlstate      # query_canceled
+        reader_ended = time.monotonic()
+        # the writer blocks the next attempt (2 s), and is cancelled after it
+        assert wait_job(primary, job, 40) == "done", job_row(primary, job)
+        writer.join(10)
+    finally:
+        primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
+        reader.join(30)
+        if writer is not None:
+            primary.sql("SELECT pg_cancel_backend(%s)", (writer.pid,))
+            writer.join(30)
+    assert writer.sqlstate == "57014", writer.sqlstate
+    log = primary.log_contents()
+    reader_cancel = log.find("cancelling the query of PID %d," % reader.pid)
+    writer_cancel = log.find("cancelling the query of PID %d," % writer.pid)
+    assert 0 <= reader_cancel < writer_cancel, (reader_cancel, writer_cancel)
+    # not cancelled with the reader: an attempt of 2 s came in between
+    assert writer.ended - reader_ended > 1.0, writer.ended - reader_ended
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM queued")
+    assert primary.sql_scalar("SELECT sum(n) FROM queued") == 0   # the writer rolled back
+    assert_moved_cleanly(primary, "queued", "ts_b")
 
 
 def test_rate_is_never_exceeded(primary):

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
-                   wait_for, wait_for_state, wait_job, worker_lock_modes)
+                   start_writer_queued_behind_the_switch, wait_for, wait_for_state, wait_job,
+                   worker_lock_modes)
 from integrity import ShadowTpcb
 from pgcluster import make_server_dir, processes_under
 
@@ -539,6 +540,51 @@ def test_relocation_cancels_blocking_queries_when_asked(primary, admits_readers)
         assert "cancelling the query of PID %d" % plain.pid not in primary.log_contents()
     assert primary.row_hash("victim", "id") == expected
     assert primary.sql_scalar("SELECT count(*) FROM held", dbname=SECOND_DB) == 1000
+    assert_relocated(primary, "ts_a", old_dir, new_dir, job)
+
+
+@pytest.mark.pg_conf("pg_tsmove.switch_lock_timeout = 2s", "pg_tsmove.switch_timed_wait = 0")
+def test_relocation_names_no_writer_queued_behind_its_switch(primary):
+    """As for a relation move (test_move_online.py): a writer that queued
+    behind the relocation's lock request and got its lock when the attempt
+    timed out did not block it.  The view names the reader that did, and
+    only the reader's query is cancelled once cancelling is due; the
+    writer's an attempt later, when it has blocked one itself."""
+    expected = make_relocatable_table(primary)
+    primary.sql("CREATE DATABASE %s" % SECOND_DB)
+    primary.sql("CREATE TABLE queued (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
+                "INSERT INTO queued SELECT g, 0 FROM generate_series(1, 1000) g")
+    old_dir = location_of(primary, "ts_a")
+    new_dir = new_location(primary, "relocated")
+    reader = start_long_reader(primary, "queued", 120)
+    writer = None
+    try:
+        job = relocate(primary, "ts_a", new_dir)
+        writer = start_writer_queued_behind_the_switch(primary, "queued", 40)
+        note = wait_for(lambda: (lambda e: e if "blocked the last switch attempt" in e else None)(
+            job_note(primary, job)), 20, what="the note of a skipped attempt")
+        assert note.startswith("process %d blocked the last switch attempt" % reader.pid), \
+            (reader.pid, writer.pid, note)
+        assert reader.is_alive() and writer.is_alive()
+
+        set_cancel_blockers_after(primary, "'1s'")
+        reader.join(20)
+        assert reader.sqlstate == "57014", reader.sqlstate
+        reader_ended = time.monotonic()
+        assert wait_job(primary, job, 60) == "done", job_row(primary, job)
+        writer.join(10)
+    finally:
+        primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
+        reader.join(30)
+        if writer is not None:
+            primary.sql("SELECT pg_cancel_backend(%s)", (writer.pid,))
+            writer.join(30)
+    assert writer.sqlstate == "57014", writer.sqlstate
+    # not cancelled with the reader: an attempt of 2 s came in between
+    assert writer.ended - reader_ended > 1.0, writer.ended - reader_ended
+    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM queued")
+    assert primary.sql_scalar("SELECT sum(n) FROM queued") == 0   # the writer rolled back
+    assert primary.row_hash("victim", "id") == expected
     assert_relocated(primary, "ts_a", old_dir, new_dir, job)
 
 
