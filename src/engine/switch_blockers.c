@@ -676,8 +676,9 @@ tsm_switch_block_still_due(TsmSwitchBlock *block)
 
 /*
  * "process 123, 456" for the client sessions that blocked the last failed
- * attempt, "" if none was seen (the lock was granted to them meanwhile, or
- * only background processes blocked it).
+ * attempt, "" if none was seen (the lock was granted to them meanwhile,
+ * only background processes blocked it, or the holders it saw had all
+ * queued behind its request).
  */
 void
 tsm_switch_blockers_named(const TsmSwitchBlock *block, char *buf, size_t len)
