@@ -476,14 +476,16 @@ def test_no_line_up_while_a_vacuum_reads_the_same_file_system(primary):
 def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
     """While a VACUUM reads the file system the copy reads from (a table in
     pg_default; the moved one in ts_a: one disk) and adaptive pacing would
-    slow the copy below its floor, the copy holds still, at most for as
-    long as it has run (worker.c): it copies at about half its rate, the
-    view says why, and it copies at its rate again once the VACUUM is
-    over.  Nothing is lost on the way."""
+    slow the copy below its floor, the bulk copy holds still, at most twice
+    as long as it copied (worker.c): it copies at a third to a half of its
+    rate, the view says why, and it copies at its rate again once the
+    VACUUM is over.  A writer changes the table all along, so the holds lie
+    between changes the mirror must follow; nothing is lost."""
     primary.sql("""
         CREATE TABLE held (id int PRIMARY KEY, v int, pad text) TABLESPACE ts_a;
         INSERT INTO held SELECT g, 0, repeat('h', 1000) FROM generate_series(1, 90000) g;
         CREATE TABLE held_shadow AS SELECT * FROM held;
+        CREATE INDEX ON held_shadow (id);
         CREATE TABLE vac (id int, pad text);
         INSERT INTO vac SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g;""")
     vac_oid = primary.sql_scalar("SELECT 'vac'::regclass::oid")
@@ -495,6 +497,20 @@ def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
     busy = primary.pgbench_run_background(clients=2, jobs=1, seconds=240,
                                           extra_args=["-f", script])
     vacuum = SlowVacuum(primary, "vac")
+    stop = threading.Event()
+    writes = {"done": 0}
+
+    def write():     # the same change to held and its shadow, in one transaction
+        with primary.conn() as conn:
+            while not stop.is_set():
+                key = 1 + (writes["done"] * 7919) % 90000
+                with conn.transaction():
+                    conn.execute("UPDATE held SET v = v + 1 WHERE id = %s", (key,))
+                    conn.execute("UPDATE held_shadow SET v = v + 1 WHERE id = %s", (key,))
+                writes["done"] += 1
+                time.sleep(0.02)
+
+    writer = threading.Thread(target=write, daemon=True)
 
     def written():
         row = job_row(primary, job)
@@ -505,6 +521,7 @@ def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
 
     try:
         vacuum.start()
+        writer.start()
         job = start_move(primary, "held", "ts_b", max_rate_mb=4)
         wait_for_state(primary, job, ("copying",), 30)
         beside_vacuum = []
@@ -519,7 +536,10 @@ def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
         while len(alone) < 24 and job_row(primary, job)["state"] == "copying":
             alone.append(written())
             time.sleep(0.25)
+        assert wait_job(primary, job, 180) == "done", job_row(primary, job)
     finally:
+        stop.set()
+        writer.join(30)
         vacuum.stop()
         busy.process.kill()
         busy.process.wait()
@@ -527,11 +547,11 @@ def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
     assert any("the copy holds still while VACUUM of relation %d reads the source's file system"
                % vac_oid in n for n in notes), notes
     # alone: 4 MB/s less the probes' holds (15 %); beside the VACUUM, held
-    # for up to as long as it copies (measured: 0.6 of that), never starved
+    # for up to twice as long as it copies, never starved
     assert len(alone) >= 8 and mb_s(alone) > 0.7 * 4, (mb_s(alone), alone)
-    assert 0.25 < mb_s(beside_vacuum) / mb_s(alone) < 0.8, (
+    assert 0.12 < mb_s(beside_vacuum) / mb_s(alone) < 0.75, (
         mb_s(beside_vacuum), mb_s(alone), beside_vacuum)
-    assert wait_job(primary, job, 180) == "done", job_row(primary, job)
+    assert writes["done"] > 200, writes
     assert_moved_cleanly(primary, "held", "ts_b")
     assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM held")
     assert primary.row_hash("held", "id") == primary.row_hash("held_shadow", "id")

@@ -15,11 +15,14 @@
 /* The longest one holds a line-up, or the copy, off at a time. */
 #define TSM_VACUUM_HOLD_MS 30000
 
-/* A job's holds of its copy for VACUUMs (worker.c). */
+/* A bulk copy holds still for VACUUMs at most this many times as long as it copied. */
+#define TSM_VACUUM_HELD_PER_COPIED 2
+
+/* A job's holds of its bulk copy for VACUUMs (worker.c). */
 typedef struct TsmVacuumYield
 {
-	TimestampTz copy_since;		/* the first time the copy could have held */
-	int64		held_ms;		/* held still so far */
+	double		copied_ms;		/* in the bulk copy's batches so far */
+	double		held_ms;		/* held still so far */
 	TimestampTz next_look;
 } TsmVacuumYield;
 

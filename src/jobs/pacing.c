@@ -328,10 +328,22 @@ bool
 tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 			   const TsmPacerCounts *counts)
 {
-	if (pacer->next_sample == 0)
+	if (pacer->next_sample == 0 || pacer->restarting)
 	{
-		/* the first tick: the backends' ids as they are now, and the clock */
+		/*
+		 * The first tick, or the first after tsm_pacer_restart(): the
+		 * backends' ids as they are now, and the clock (what they did
+		 * meanwhile is not counted).  After a restart the pace is known:
+		 * the first decision is a whole window away.
+		 */
+		if (pacer->restarting)
+		{
+			/* a backend idle now would bring the hold's count later */
+			for (int i = 0; i < pacer->watched; i++)
+				pacer->last_lxid[i] = InvalidLocalTransactionId;
+		}
 		pacer_sample(pacer);
+		pacer->transactions = 0;
 		pacer->next_sample = TimestampTzPlusMilliseconds(now, TSM_PACER_SAMPLE_MS);
 		pacer->window_start = pacer->counters_read = now;
 		pacer->last_bytes = counts->bytes + counts->read_cost;
@@ -339,7 +351,10 @@ tsm_pacer_tick(TsmPacer *pacer, TimestampTz now, double ceiling_mb,
 		pacer->last_changed_ahead = counts->changed_ahead;
 		pacer->last_recopied = counts->recopied;
 		pacer->last_scattered = counts->scattered;
-		pacer->next_decision = TimestampTzPlusMilliseconds(now, TSM_PACER_FIRST_DECISION_MS);
+		pacer->next_decision = TimestampTzPlusMilliseconds(now, pacer->restarting ?
+														   TSM_PACER_DECISION_MS :
+														   TSM_PACER_FIRST_DECISION_MS);
+		pacer->restarting = false;
 		return false;
 	}
 	if (now >= pacer->next_sample)
@@ -377,7 +392,7 @@ tsm_pacer_sprint(TsmPacer *pacer, int64 backlog)
 void
 tsm_pacer_restart(TsmPacer *pacer)
 {
-	pacer->next_sample = 0;
+	pacer->restarting = true;
 	pacer->probe_start = 0;
 	pacer->held_at_floor = false;
 	pacer->recent_tps[0] = pacer->recent_tps[1] = -1;

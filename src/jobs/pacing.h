@@ -26,6 +26,8 @@ typedef struct TsmPacer
 {
 	double		pace_mb;		/* the budget now, MB/s; 0 = unthrottled */
 	bool		others_idle;	/* the last decision saw no other session working */
+	bool		restarting;		/* tsm_pacer_restart(): the next tick starts
+								 * afresh */
 	bool		held_at_floor;	/* the last decision would have cut the pace
 								 * below the floor: the others suffer, and
 								 * the floor keeps the copy going */

@@ -41,9 +41,9 @@
  *
  * VACUUM: while one reads the file system the job reads from and adaptive
  * pacing finds the others below its target with the copy at its floor,
- * the copy holds still at the same pause points, for up to
- * TSM_VACUUM_HOLD_MS at a time and never longer in all than it has run
- * (hold_while_vacuum_reads_source).
+ * the bulk copy holds still at the same pause points, for up to
+ * TSM_VACUUM_HOLD_MS at a time and at most TSM_VACUUM_HELD_PER_COPIED
+ * times as long in all as its batches ran (hold_while_vacuum_reads_source).
  *
  * Pause: the job stops copying at its next pause point (between two
  * batches, outside any transaction) and keeps what it holds: its worker,
@@ -239,46 +239,39 @@ hold_while_paused(TsmJob *job)
 	tsm_ctl_set_state(ctl, was);
 }
 
-/* Whether the copy has run for longer than it held still, holding_ms included. */
-static bool
-copy_ran_longer(const TsmVacuumYield *y, TimestampTz now, double holding_ms)
-{
-	double		held = y->held_ms + holding_ms;
-
-	return held < tsm_ms_between(y->copy_since, now) - held;
-}
-
 /*
- * Whether the copy may hold still for a VACUUM now: adaptive pacing has
- * just found the others below pg_tsmove.pacing_target with the pace at
- * its floor (it would slow the copy further if the floor let it), the
- * catch-up is not at its sprint, and the copy has held still for less
- * time than it has run.
+ * Whether the bulk copy may go on holding still, holding_ms into a hold:
+ * it has held still for less than TSM_VACUUM_HELD_PER_COPIED times as long
+ * as its batches have run (pauses, resume points and the mirror's reading
+ * not counted), so that a move takes at most that many times longer (plus
+ * one); adaptive pacing (a reload may change it) with no one waiting on the
+ * job's lock; and no pause asked for.
  */
 static bool
-copy_may_yield_to_vacuum(TsmJob *job, TimestampTz now)
+bulk_copy_may_hold(TsmJob *job, double holding_ms)
 {
 	TsmJobCtl  *ctl = &job->ctl;
 	TsmVacuumYield *y = &job->vacuum_yield;
 
-	if (tsm_pacing != TSM_PACING_ADAPTIVE || ctl->others_wait ||
-		ctl->pause_requested || !ctl->pacer.held_at_floor)
-		return false;
-	if (ctl->progress.state == TSM_CATCHING_UP &&
-		tsm_pacer_sprint(&ctl->pacer, ctl->progress.dirty_backlog))
-		return false;
-	return copy_ran_longer(y, now, 0);
+	return tsm_pacing == TSM_PACING_ADAPTIVE && !ctl->others_wait &&
+		!ctl->pause_requested &&
+		y->held_ms + holding_ms < TSM_VACUUM_HELD_PER_COPIED * y->copied_ms;
 }
 
 /*
- * A pause point: while a VACUUM reads the file system the job reads from
- * and adaptive pacing holds the copy at its floor, hold still, reading the
- * WAL and making resume points meanwhile; for at most TSM_VACUUM_HOLD_MS
- * at a time, and for at most as long, over the job, as the copy has run
- * (it takes at most twice as long).  The others already lose throughput
- * to the VACUUM: in the evaluation the update streams fell to 55-60 % of
- * their warm-up rate beside autovacuum alone, to 44-47 % with the copy at
- * its floor beside it.  Outside any transaction.
+ * A pause point of the bulk copy: while a VACUUM or ANALYZE reads the file
+ * system the job reads from, and adaptive pacing's last decision would
+ * have cut the pace below its floor (the others are below
+ * pg_tsmove.pacing_target with the copy as slow as the floor lets it be),
+ * hold still, reading the WAL and making resume points meanwhile; for at
+ * most TSM_VACUUM_HOLD_MS at a time, and within bulk_copy_may_hold()'s
+ * bound.  The others already lose throughput to the VACUUM: in the
+ * evaluation the update streams fell to 55-63 % of their warm-up rate
+ * beside autovacuum alone, to 44-47 % with the copy at its floor beside
+ * it.  Not in the catch-up: a catch-up that holds still has more to
+ * re-copy after, at a floor that grows with its backlog (in the
+ * evaluation the worst 5 s moved there, 46 %), and while a long VACUUM
+ * lasts it might not converge.  Outside any transaction.
  */
 static void
 hold_while_vacuum_reads_source(TsmJob *job)
@@ -291,9 +284,7 @@ hold_while_vacuum_reads_source(TsmJob *job)
 	const char *command = "VACUUM";
 	Oid			relid;
 
-	if (y->copy_since == 0)
-		y->copy_since = now;
-	if (now < y->next_look || !copy_may_yield_to_vacuum(job, now))
+	if (now < y->next_look || !ctl->pacer.held_at_floor || !bulk_copy_may_hold(job, 0))
 		return;
 	y->next_look = TimestampTzPlusMilliseconds(now, TSM_VACUUM_LOOK_MS);
 	relid = tsm_vacuum_reading(job->row.source_spc, &command);
@@ -301,9 +292,9 @@ hold_while_vacuum_reads_source(TsmJob *job)
 		return;
 
 	memcpy(was, ctl->progress.note, sizeof(was));
-	while (OidIsValid(relid) && !ctl->pause_requested &&
+	while (OidIsValid(relid) &&
 		   !TimestampDifferenceExceeds(start, now, TSM_VACUUM_HOLD_MS) &&
-		   copy_ran_longer(y, now, tsm_ms_between(start, now)))
+		   bulk_copy_may_hold(job, tsm_ms_between(start, now)))
 	{
 		tsm_ctl_note(ctl, "the copy holds still while %s of relation %u reads the source's "
 					 "file system (for up to %d s at a time)", command, relid,
@@ -311,15 +302,15 @@ hold_while_vacuum_reads_source(TsmJob *job)
 		tsm_ctl_publish(ctl, now == start);
 		tsm_mirror_drain(&job->mirror, &job->files);
 		make_resume_point(job, false);
-		tsm_ctl_publish(ctl, false);
 		tsm_ctl_sleep(ctl, TSM_VACUUM_LOOK_MS);
 		relid = tsm_vacuum_reading(job->row.source_spc, &command);
 		now = GetCurrentTimestamp();
 	}
 	y->held_ms += tsm_ms_between(start, now);
 	y->next_look = TimestampTzPlusMilliseconds(now, TSM_VACUUM_LOOK_MS);
-	elog(DEBUG1, "pg_tsmove: job %lld: the copy held still for %.0f ms for a VACUUM (%.0f ms in all)",
-		 (long long) job->row.job_id, tsm_ms_between(start, now), (double) y->held_ms);
+	elog(DEBUG1, "pg_tsmove: job %lld: the copy held still for %.0f ms for a VACUUM "
+		 "(%.0f ms in all, after %.0f ms of copying)", (long long) job->row.job_id,
+		 tsm_ms_between(start, now), y->held_ms, y->copied_ms);
 	tsm_ctl_note(ctl, "%s", was);
 	tsm_ctl_publish(ctl, true);
 	ctl->budget_rate = -1;		/* a new budget, with no credit from the hold */
@@ -344,6 +335,7 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 	{
 		int64		batch = 0;
 		int			visited = 0;
+		TimestampTz batch_start = GetCurrentTimestamp();
 
 		tsm_job_start_transaction();
 		while (batch < TSM_BATCH_BLOCKS && visited < fs->nfiles &&
@@ -369,12 +361,14 @@ copy_round(TsmJob *job, int64 max_blocks, bool include_dirty)
 		}
 		CommitTransactionCommand();
 		copied += batch;
+		if (!include_dirty)
+			job->vacuum_yield.copied_ms += tsm_ms_between(batch_start, GetCurrentTimestamp());
 
 		tsm_mirror_drain(&job->mirror, fs);
 		tsm_ctl_publish(&job->ctl, false);
 		tsm_ctl_check(&job->ctl);
 		make_resume_point(job, false);
-		if (batch > 0)
+		if (batch > 0 && !include_dirty)
 			hold_while_vacuum_reads_source(job);
 		hold_while_paused(job);
 		if (batch == 0)
