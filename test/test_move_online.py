@@ -170,9 +170,10 @@ def written_mb_s(samples):
 @pytest.mark.pg_conf("shared_buffers = 4MB", "pg_tsmove.pacing_target = 50")
 def test_ceiling_copies_a_cold_backlog_at_its_byte_rate(primary):
     job, samples = cold_backlog_catch_up(primary, max_rate_mb=8)
-    # the ceiling less the probes' holds (15 %): 6.5-8 MB/s; charged for
-    # its reads as well, it would write at about half that
-    assert written_mb_s(samples) > 5.2, (written_mb_s(samples), samples)
+    # the ceiling less the probes' holds (15 %): 6.5-8 MB/s alone, 5.1 in a
+    # CI run beside the other lane; charged for its reads as well, it would
+    # write at about half that (2.5 MB/s measured)
+    assert written_mb_s(samples) > 4.2, (written_mb_s(samples), samples)
 
 
 # Fixed pacing here and below: adaptive pacing could give way to pgbench for
