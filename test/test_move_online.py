@@ -559,58 +559,6 @@ def test_copy_holds_still_while_a_vacuum_reads_the_source(primary):
     assert primary.amcheck() == []
 
 
-def test_no_guessed_timed_attempt_while_a_vacuum_reads_the_same_file_system(primary):
-    """A reader whose transactions last 2.0 s and 3.5 s in turn: an attempt
-    timed to the end its last length predicts is a guess (its lengths vary
-    by more than the margin), and made in a 3.5-s transaction it waits
-    half a second for nothing, the writers queued behind it.  While a VACUUM
-    reads the file system the move reads from, such attempts are held off
-    as line-ups are: the switch waits with only its 20-ms attempts (each
-    new transaction of the reader gets one), the view says why, and it
-    switches once the reader stops."""
-    primary.sql("CREATE TABLE over (id int PRIMARY KEY, n int) TABLESPACE ts_a;"
-                "INSERT INTO over SELECT g, 0 FROM generate_series(1, 50000) g;"
-                "CREATE TABLE vac (id int, pad text);"
-                "INSERT INTO vac SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
-    vacuum = SlowVacuum(primary, "vac")
-    stop = threading.Event()
-
-    def read():
-        with primary.conn() as conn:
-            turn = 0
-            while not stop.is_set():
-                conn.execute("SELECT count(*) FROM over, pg_sleep(%s)" % (2.0, 3.5)[turn % 2])
-                turn += 1
-
-    reader = threading.Thread(target=read, daemon=True)
-    try:
-        vacuum.start()
-        reader.start()
-        time.sleep(0.5)
-        job = start_move(primary, "over", "ts_b", max_rate_mb=0)
-        wait_for_state(primary, job, ("catching_up",), 30)
-        notes = set()
-        watched_until = time.monotonic() + 25     # four 3.5-s transactions
-        while time.monotonic() < watched_until:
-            notes.add(job_row(primary, job)["error"])
-            time.sleep(0.2)
-        row = job_row(primary, job)
-        assert vacuum.running()
-        assert row["state"] == "catching_up", row
-        assert row["switch_attempts"] > 0, row
-        # 20-ms attempts only: none timed to a guessed end (about 0.5 s each)
-        assert row["lock_wait_ms"] < 700, row
-        assert any("not lined up while VACUUM of relation" in (n or "") for n in notes), notes
-        stop.set()
-        reader.join(30)
-        assert wait_job(primary, job, 90) == "done", job_row(primary, job)
-    finally:
-        stop.set()
-        vacuum.stop()
-        reader.join(30)
-    assert primary.sql_scalar("SELECT count(*) = count(DISTINCT id) FROM over")
-    assert_moved_cleanly(primary, "over", "ts_b")
-
 @pytest.mark.pg_conf("pg_tsmove.switch_timed_wait = 0")
 def test_without_timed_attempts_overlapping_readers_starve_the_switch(primary):
     """The control of the test above: with pg_tsmove.switch_timed_wait = 0

@@ -60,9 +60,7 @@
  * catalogs and the statistics before it starts on a table (in the
  * evaluation a line-up 4 s after the worker came was followed by its
  * vacuum of the disk's other table: 49 %).  An attempt timed to blockers
- * due together within the wait is still made, unless a blocker's lengths
- * vary by more than its margin: then its end is a guess, and the attempt
- * is held off as a line-up is.  A relocation looks only
+ * due together within the wait is still made.  A relocation looks only
  * in the database of its worker.
  *
  * The caller sends the cancels just before it requests the locks, then
@@ -546,7 +544,6 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 	double		margin_ms = 0;
 	int			current = 0;
 	bool		learning = false;
-	bool		guessed = false;
 	bool		line_up;
 
 	block->timed_wait_ms = 0;
@@ -583,8 +580,6 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 		if (due_ms < -(w_margin_ms + w->variation_ms))
 			return TSM_TIMED_NEVER; /* overdue: this one is not as before */
 
-		/* lengths that vary by more than the margin: its end is a guess */
-		guessed |= w->variation_ms > w_margin_ms;
 		first_due_ms = current == 0 ? due_ms : Min(first_due_ms, due_ms);
 		last_due_ms = current == 0 ? due_ms : Max(last_due_ms, due_ms);
 		margin_ms = Max(margin_ms, w_margin_ms);
@@ -602,22 +597,6 @@ tsm_switch_block_timed(TsmSwitchBlock *block, bool recheck)
 		return TSM_TIMED_LATER;
 	if (last_due_ms + margin_ms <= tsm_switch_timed_wait_ms)
 	{
-		/*
-		 * All due within the wait.  But where a blocker's lengths vary by
-		 * more than the margin, "due" is a guess and the wait may be a
-		 * line-up's: held off by a VACUUM as a line-up is (in the
-		 * evaluation, readers varying by 3-5 s gave such a wait during
-		 * autovacuum, and the updates fell to 38 %).
-		 */
-		if (guessed && !recheck)
-		{
-			if (line_up_held_off(block, now))
-			{
-				block->line_up_held_off = true;
-				return TSM_TIMED_LATER;
-			}
-			block->held_off_since = 0;	/* made, as a line-up: a hold starts anew */
-		}
 		/* all due within the wait (one already late: the margin again) */
 		block->timed_wait_ms = (int) Max(last_due_ms + margin_ms, margin_ms);
 		block->lining_up = false;
