@@ -242,6 +242,22 @@ def start_writer_queued_behind_the_switch(cluster, rel, seconds, dbname="postgre
     return writer
 
 
+def cancel_reader_then_writer(cluster, job, reader, writer, timeout_s):
+    """With the switch blocked by reader (a start_long_reader) and writer
+    (a QueuedWriter) queued behind it, set switch_cancel_blockers_after to
+    1 s: the reader's query must be cancelled and the job end within
+    timeout_s.  Returns when the reader ended (time.monotonic()), for the
+    caller to compare with writer.ended."""
+    set_cancel_blockers_after(cluster, "'1s'")
+    reader.join(20)
+    assert reader.sqlstate == "57014", reader.sqlstate      # query_canceled
+    reader_ended = time.monotonic()
+    # the writer blocks the next attempt, and is cancelled after it
+    assert wait_job(cluster, job, timeout_s) == "done", job_row(cluster, job)
+    writer.join(10)
+    return reader_ended
+
+
 def set_cancel_blockers_after(cluster, value):
     cluster.sql("ALTER SYSTEM SET pg_tsmove.switch_cancel_blockers_after = %s" % value)
     cluster.sql("SELECT pg_reload_conf()")

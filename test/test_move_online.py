@@ -14,7 +14,8 @@ import time
 import psycopg
 import pytest
 
-from moves import (assert_moved_cleanly, job_row, set_cancel_blockers_after,
+from moves import (assert_moved_cleanly, cancel_reader_then_writer, job_row,
+                   set_cancel_blockers_after,
                    start_long_reader, start_move, start_writer_queued_behind_the_switch,
                    tablespace_of, wait_for, wait_for_state, wait_job, worker_lock_modes)
 
@@ -639,13 +640,7 @@ def test_writer_queued_behind_the_switch_is_not_named_its_blocker(primary):
         assert note.startswith("process %d blocked the last switch attempt" % reader.pid), note
         assert reader.is_alive() and writer.is_alive()
 
-        set_cancel_blockers_after(primary, "'1s'")
-        reader.join(20)
-        assert reader.sqlstate == "57014", reader.sqlstate      # query_canceled
-        reader_ended = time.monotonic()
-        # the writer blocks the next attempt (2 s), and is cancelled after it
-        assert wait_job(primary, job, 40) == "done", job_row(primary, job)
-        writer.join(10)
+        reader_ended = cancel_reader_then_writer(primary, job, reader, writer, 40)
     finally:
         primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
         reader.join(30)

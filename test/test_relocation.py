@@ -15,7 +15,8 @@ import time
 import psycopg
 import pytest
 
-from moves import (job_row, set_cancel_blockers_after, start_long_reader, start_move,
+from moves import (cancel_reader_then_writer, job_row, set_cancel_blockers_after,
+                   start_long_reader, start_move,
                    start_writer_queued_behind_the_switch, wait_for, wait_for_state, wait_job,
                    worker_lock_modes)
 from integrity import ShadowTpcb
@@ -567,12 +568,7 @@ def test_relocation_names_no_writer_queued_behind_its_switch(primary):
             (reader.pid, writer.pid, note)
         assert reader.is_alive() and writer.is_alive()
 
-        set_cancel_blockers_after(primary, "'1s'")
-        reader.join(20)
-        assert reader.sqlstate == "57014", reader.sqlstate
-        reader_ended = time.monotonic()
-        assert wait_job(primary, job, 60) == "done", job_row(primary, job)
-        writer.join(10)
+        reader_ended = cancel_reader_then_writer(primary, job, reader, writer, 60)
     finally:
         primary.sql("SELECT pg_cancel_backend(%s)", (reader.pid,))
         reader.join(30)
